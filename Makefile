@@ -1,0 +1,28 @@
+# Everything runs in a local virtual environment made from python3 and pip alone.
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+
+.PHONY: install test test-backends demo bench clean
+
+$(STAMP): setup.cfg pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	# torch==2.13.0 (CPU) is the independent reference for the fidelity tests.
+	$(PY) -m pip install --quiet -e ".[test,reference,backends]"
+	touch $(STAMP)
+
+install: $(STAMP)
+
+test: $(STAMP)
+	$(PY) -m pytest -q
+
+demo: $(STAMP)
+	$(PY) -m keras_vit.cli demo
+
+bench: $(STAMP)
+	$(PY) benchmarks/bench.py
+
+clean:
+	rm -rf $(VENV) build *.egg-info

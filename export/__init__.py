@@ -1,0 +1,1 @@
+"""Exporters: SavedModel, TFLite, ONNX (installed as keras_vit.export)."""

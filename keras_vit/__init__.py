@@ -1,0 +1,51 @@
+"""keras-vit: the Vision Transformer ("An Image is Worth 16x16 Words") for Keras 3.
+
+    import keras_vit
+    model = keras_vit.ViT_B16(image_size=384, num_classes=10, weights="imagenet21k")
+"""
+
+from keras_vit import layers
+from keras_vit.checkpoints import (
+    available_weights,
+    load_weights,
+    resize_position_embedding,
+    save_weights,
+)
+from keras_vit.config import ResNetConfig, ViTConfig
+from keras_vit.model import ViT, preprocess_input
+from keras_vit.variants import VARIANTS, get_variant, list_variants
+
+__version__ = "0.1.0"
+
+
+def _constructor(variant):
+    def build(image_size=224, num_classes=1000, weights=None, **kwargs):
+        return ViT(variant, image_size=image_size, num_classes=num_classes, weights=weights, **kwargs)
+
+    build.__name__ = build.__qualname__ = "ViT_" + variant.replace("/", "").replace("+", "_")
+    build.__doc__ = (
+        f"ViT {variant} (sizes from keras_vit.VARIANTS[{variant!r}]). "
+        f"Arguments as keras_vit.ViT; available weights: see keras_vit.available_weights({variant!r})."
+    )
+    return build
+
+
+ViT_Ti16 = _constructor("Ti/16")
+ViT_S16 = _constructor("S/16")
+ViT_S32 = _constructor("S/32")
+ViT_B8 = _constructor("B/8")
+ViT_B16 = _constructor("B/16")
+ViT_B32 = _constructor("B/32")
+ViT_L16 = _constructor("L/16")
+ViT_L32 = _constructor("L/32")
+ViT_H14 = _constructor("H/14")
+R50_ViT_B16 = _constructor("R50+B/16")
+R26_ViT_S32 = _constructor("R26+S/32")
+R50_ViT_L32 = _constructor("R50+L/32")
+
+__all__ = [
+    "R26_ViT_S32", "R50_ViT_B16", "R50_ViT_L32", "ResNetConfig", "VARIANTS", "ViT", "ViTConfig",
+    "ViT_B16", "ViT_B32", "ViT_B8", "ViT_H14", "ViT_L16", "ViT_L32", "ViT_S16", "ViT_S32", "ViT_Ti16",
+    "available_weights", "get_variant", "layers", "list_variants", "load_weights", "preprocess_input",
+    "resize_position_embedding", "save_weights",
+]

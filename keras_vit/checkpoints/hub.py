@@ -1,0 +1,97 @@
+"""Names of the official checkpoints and where they are published.
+
+`weights="imagenet21k"` resolves through this table to a public URL under
+`BASE_URL`, and is downloaded once into the Keras cache (~/.keras/keras_vit).
+Set KERAS_VIT_WEIGHTS_URL to use a mirror.
+"""
+
+from __future__ import annotations
+
+import os
+import urllib.parse
+from typing import Dict, List
+
+from keras_vit.variants import canonical_name
+
+BASE_URL = "https://storage.googleapis.com/vit_models/"
+
+_AUGREG_I21K = {
+    "Ti/16": "Ti_16-i21k-300ep-lr_0.001-aug_none-wd_0.03-do_0.0-sd_0.0",
+    "S/16": "S_16-i21k-300ep-lr_0.001-aug_light1-wd_0.03-do_0.0-sd_0.0",
+    "S/32": "S_32-i21k-300ep-lr_0.001-aug_light1-wd_0.03-do_0.0-sd_0.0",
+    "B/8": "B_8-i21k-300ep-lr_0.001-aug_medium1-wd_0.1-do_0.0-sd_0.0",
+    "B/16": "B_16-i21k-300ep-lr_0.001-aug_medium1-wd_0.1-do_0.0-sd_0.0",
+    "B/32": "B_32-i21k-300ep-lr_0.001-aug_medium1-wd_0.03-do_0.0-sd_0.0",
+    "L/16": "L_16-i21k-300ep-lr_0.001-aug_medium1-wd_0.1-do_0.1-sd_0.1",
+    "R26+S/32": "R26_S_32-i21k-300ep-lr_0.001-aug_light0-wd_0.03-do_0.1-sd_0.1",
+}
+# The AugReg ImageNet fine-tunes at 224 px used lr 0.03 for the small models.
+_AUGREG_FT_LR = {"Ti/16": "0.03", "S/16": "0.03", "S/32": "0.03", "B/32": "0.03", "R26+S/32": "0.03"}
+
+
+def _original(variant: str) -> str:
+    # "B/16" -> "ViT-B_16", "R50+B/16" -> "R50+ViT-B_16"
+    if "+" in variant:
+        resnet, vit = variant.split("+")
+        return f"{resnet}+ViT-{vit.replace('/', '_')}"
+    return "ViT-" + variant.replace("/", "_")
+
+
+# {weights name: {variant: path under BASE_URL}}
+CHECKPOINTS: Dict[str, Dict[str, str]] = {
+    "imagenet21k": {
+        v: f"imagenet21k/{_original(v)}.npz"
+        for v in ("B/16", "B/32", "L/16", "L/32", "H/14", "R50+B/16", "R50+L/32")
+    },
+    # Fine-tuned on ImageNet at 384 px.
+    "imagenet21k+imagenet2012": {
+        v: f"imagenet21k+imagenet2012/{_original(v)}.npz"
+        for v in ("B/16", "B/32", "L/16", "L/32", "R50+B/16")
+    },
+    "augreg-imagenet21k": {v: f"augreg/{name}.npz" for v, name in _AUGREG_I21K.items()},
+    "augreg-imagenet21k+imagenet2012": {
+        v: f"augreg/{name}--imagenet2012-steps_20k-lr_{_AUGREG_FT_LR.get(v, '0.01')}-res_224.npz"
+        for v, name in _AUGREG_I21K.items()
+    },
+}
+
+
+def available_weights(variant=None) -> List[str]:
+    """Checkpoint names known for `variant` (all names if None)."""
+    if variant is None:
+        return list(CHECKPOINTS)
+    variant = canonical_name(variant)
+    return [name for name, table in CHECKPOINTS.items() if variant in table]
+
+
+def checkpoint_url(variant, weights: str) -> str:
+    """The public URL of checkpoint `weights` for `variant`; ValueError if none."""
+    if weights not in CHECKPOINTS:
+        raise ValueError(
+            f"Unknown weights {weights!r}: pass a path to a .npz file or one of "
+            f"{list(CHECKPOINTS)}."
+        )
+    name = canonical_name(variant)
+    if name not in CHECKPOINTS[weights]:
+        raise ValueError(
+            f"No {weights!r} checkpoint is published for ViT {name}. Weights available for {name}: "
+            f"{available_weights(name) or 'none'}; or pass a path to a .npz file."
+        )
+    base = os.environ.get("KERAS_VIT_WEIGHTS_URL", BASE_URL)
+    return base.rstrip("/") + "/" + urllib.parse.quote(CHECKPOINTS[weights][name], safe="/")
+
+
+def download(url: str) -> str:
+    """Downloads `url` once into the Keras cache (with a progress bar); returns the local path."""
+    import keras
+
+    path = urllib.parse.unquote(url).split("/")
+    fname, subdir = path[-1], path[-2].replace("+", "_")
+    try:
+        return keras.utils.get_file(fname=fname, origin=url, cache_subdir=os.path.join("keras_vit", subdir))
+    except Exception as error:  # network errors come in many types
+        raise ValueError(
+            f"Could not download the checkpoint {url} ({type(error).__name__}: {error}). "
+            f"If this machine is offline, download that file elsewhere and pass its local path, "
+            f"e.g. weights='/path/to/{fname}'."
+        ) from error

@@ -1,0 +1,60 @@
+"""Where each of a model's variables lives in an official checkpoint.
+
+The official `.npz` files of google-research/vision_transformer are flat
+dicts keyed by Flax module paths, e.g.
+"Transformer/encoderblock_0/MultiHeadDotProductAttention_1/query/kernel".
+Flax and Keras store dense/conv kernels the same way ((in, out) and
+(kh, kw, in, out)) and the attention kernels with the same (D, heads,
+head_dim) / (heads, head_dim, D) shapes, so porting is renaming only.
+"""
+
+from __future__ import annotations
+
+from typing import Dict
+
+
+def _norm(prefix, layer):
+    """LayerNorm and GroupNorm: Flax calls gamma/beta scale/bias."""
+    return {f"{prefix}/scale": layer.gamma, f"{prefix}/bias": layer.beta}
+
+
+def _dense(prefix, layer):
+    return {f"{prefix}/kernel": layer.kernel, f"{prefix}/bias": layer.bias}
+
+
+def _resnet(stem) -> Dict[str, object]:
+    out = {"conv_root/kernel": stem.conv_root.kernel, **_norm("gn_root", stem.gn_root)}
+    for key, unit in zip(stem.checkpoint_keys, stem.units):
+        for i, (conv, norm) in enumerate(((unit.conv1, unit.gn1), (unit.conv2, unit.gn2), (unit.conv3, unit.gn3)), 1):
+            out[f"{key}/conv{i}/kernel"] = conv.kernel
+            out.update(_norm(f"{key}/gn{i}", norm))
+        if unit.needs_projection:
+            out[f"{key}/conv_proj/kernel"] = unit.conv_proj.kernel
+            out.update(_norm(f"{key}/gn_proj", unit.gn_proj))
+    return out
+
+
+def variables_by_key(model) -> Dict[str, object]:
+    """{official checkpoint key: Keras variable} for every weight of `model`."""
+    out = {}
+    if model.resnet is not None:
+        out.update(_resnet(model.resnet))
+    out.update(_dense("embedding", model.patch_embedding.projection))
+    if model.class_token is not None:
+        out["cls"] = model.class_token.cls
+    out["Transformer/posembed_input/pos_embedding"] = model.position_embedding.pos_embedding
+    for i, block in enumerate(model.encoder.blocks):
+        prefix = f"Transformer/encoderblock_{i}"
+        attention = block.attention
+        out.update(_norm(f"{prefix}/LayerNorm_0", block.attention_norm))
+        for name in ("query", "key", "value", "out"):
+            out.update(_dense(f"{prefix}/MultiHeadDotProductAttention_1/{name}", getattr(attention, name)))
+        out.update(_norm(f"{prefix}/LayerNorm_2", block.mlp_norm))
+        out.update(_dense(f"{prefix}/MlpBlock_3/Dense_0", block.mlp.dense_0))
+        out.update(_dense(f"{prefix}/MlpBlock_3/Dense_1", block.mlp.dense_1))
+    out.update(_norm("Transformer/encoder_norm", model.encoder.encoder_norm))
+    if model.pre_logits is not None:
+        out.update(_dense("pre_logits", model.pre_logits))
+    if model.head is not None:
+        out.update(_dense("head", model.head))
+    return out

@@ -1,0 +1,161 @@
+"""Strict loading and saving of official-format `.npz` checkpoints."""
+
+from __future__ import annotations
+
+import logging
+import os
+import tempfile
+import zipfile
+from typing import Dict, Mapping
+
+import numpy as np
+
+from keras_vit.checkpoints.layout import variables_by_key
+from keras_vit.checkpoints.resize import resize_position_embedding
+
+logger = logging.getLogger("keras_vit")
+
+POSEMB_KEY = "Transformer/posembed_input/pos_embedding"
+
+
+def read_npz(path) -> Dict[str, np.ndarray]:
+    """Reads a checkpoint file into {key: array}; ValueError if it is not one."""
+    path = os.fspath(path)
+    if not os.path.exists(path):
+        raise ValueError(f"Checkpoint file {path!r} does not exist.")
+    try:
+        with np.load(path, allow_pickle=False) as data:
+            return {key: np.asarray(data[key]) for key in data.files}
+    except (zipfile.BadZipFile, ValueError, OSError, EOFError) as error:
+        raise ValueError(
+            f"{path!r} is not a readable .npz checkpoint ({type(error).__name__}: {error}). "
+            f"It may be truncated or corrupt: delete it and download it again."
+        ) from error
+
+
+def _is_group_norm_param(key: str) -> bool:
+    leaf_parent = key.rsplit("/", 2)[-2] if key.count("/") else ""
+    return leaf_parent.startswith("gn")
+
+
+def load_checkpoint(model, params: Mapping[str, np.ndarray]) -> None:
+    """Assigns official-format `params` to `model`, checking every key and shape.
+
+    Allowed differences, each reported through the "keras_vit" logger:
+    - a head of another class count (or none in the file) -> a new zero head;
+    - a model without the representation layer -> "pre_logits" is dropped;
+    - a model without a head -> the file's head is ignored;
+    - another position grid -> the table is resized (class token kept).
+    Anything else missing, extra or mis-shaped is a ValueError naming it.
+    Nothing is assigned unless every check passes.
+    """
+    params = dict(params)
+    expected = variables_by_key(model)
+
+    for key in list(params):
+        # BiT-style checkpoints may store GroupNorm scale/bias as (1, 1, 1, C).
+        if _is_group_norm_param(key) and params[key].ndim == 4:
+            params[key] = params[key].reshape(-1)
+
+    if model.head is None:
+        for key in ("head/kernel", "head/bias"):
+            params.pop(key, None)
+    else:
+        head_kernel = params.get("head/kernel")
+        want = tuple(expected["head/kernel"].shape)
+        if head_kernel is None or tuple(head_kernel.shape) != want:
+            found = "no head" if head_kernel is None else f"a head of {head_kernel.shape[-1]} classes"
+            logger.warning(
+                "keras_vit: the checkpoint has %s; the model's head (%d classes) starts at zero "
+                "(the fine-tuning convention).", found, want[-1])
+            params.pop("head/kernel", None)
+            params.pop("head/bias", None)
+            params["head/kernel"] = np.zeros(want, np.float32)
+            params["head/bias"] = np.zeros(tuple(expected["head/bias"].shape), np.float32)
+
+    if model.pre_logits is None and "pre_logits/kernel" in params:
+        logger.warning("keras_vit: dropping the checkpoint's representation layer (pre_logits), "
+                       "since the model has representation_size=None.")
+        params.pop("pre_logits/kernel", None)
+        params.pop("pre_logits/bias", None)
+
+    posemb = params.get(POSEMB_KEY)
+    want = tuple(expected[POSEMB_KEY].shape)
+    if posemb is not None and posemb.ndim == 3 and tuple(posemb.shape) != want and posemb.shape[2] == want[2]:
+        prefix = 1 if model.class_token is not None else 0
+        logger.warning("keras_vit: resizing the position embedding from %d to %d tokens (grid %s).",
+                       posemb.shape[1], want[1], model.grid_size)
+        params[POSEMB_KEY] = resize_position_embedding(posemb, model.grid_size, num_prefix_tokens=prefix)
+
+    missing = sorted(set(expected) - set(params))
+    unexpected = sorted(set(params) - set(expected))
+    mismatched = [
+        f"{key}: checkpoint {tuple(params[key].shape)}, model {tuple(expected[key].shape)}"
+        for key in sorted(set(expected) & set(params))
+        if tuple(params[key].shape) != tuple(expected[key].shape)
+    ]
+    if missing or unexpected or mismatched:
+        lines = ["The checkpoint does not match the model's architecture "
+                 f"({model.name}, {model.config}):"]
+        if missing:
+            lines.append(f"  missing from the checkpoint ({len(missing)}): {', '.join(missing[:10])}"
+                         + (" ..." if len(missing) > 10 else ""))
+        if unexpected:
+            lines.append(f"  not in the model ({len(unexpected)}): {', '.join(unexpected[:10])}"
+                         + (" ..." if len(unexpected) > 10 else ""))
+        if mismatched:
+            lines.append(f"  shape mismatches ({len(mismatched)}): " + "; ".join(mismatched[:10]))
+        lines.append("Build the model with the variant (and representation_size) the checkpoint was saved from.")
+        raise ValueError("\n".join(lines))
+
+    for key, variable in expected.items():
+        variable.assign(params[key].astype(np.float32))
+
+
+def checkpoint_params(model) -> Dict[str, np.ndarray]:
+    """The model's weights as an official-format {key: float32 array}."""
+    return {key: np.asarray(variable.numpy(), np.float32) for key, variable in variables_by_key(model).items()}
+
+
+def save_weights(model, path) -> str:
+    """Writes the model's weights as an official-format `.npz` (atomically)."""
+    path = os.fspath(path)
+    if not path.endswith(".npz"):
+        raise ValueError(f"Checkpoint paths end in .npz, got {path!r}.")
+    directory = os.path.dirname(os.path.abspath(path))
+    os.makedirs(directory, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(suffix=".npz", dir=directory)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            np.savez(f, **checkpoint_params(model))
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+        raise
+    return path
+
+
+def load_weights(model, weights) -> None:
+    """Loads `weights` into `model`: a path to an official-format `.npz`, a
+    checkpoint name (see keras_vit.available_weights), or a params dict."""
+    from keras_vit.checkpoints.hub import CHECKPOINTS, checkpoint_url, download
+
+    if isinstance(weights, Mapping):
+        return load_checkpoint(model, weights)
+    weights = os.fspath(weights)
+    if weights in CHECKPOINTS:
+        path = download(checkpoint_url(model.config, weights))
+    elif os.path.exists(weights):
+        path = weights
+    else:
+        raise ValueError(
+            f"weights={weights!r} is neither an existing file nor a known checkpoint name. "
+            f"Known names: {list(CHECKPOINTS)}; or pass the path to an official-format .npz file."
+        )
+    if not path.endswith(".npz"):
+        raise ValueError(
+            f"{path!r} is not an .npz checkpoint. For a .keras file use keras.models.load_model; "
+            f"for .weights.h5 use model.load_weights."
+        )
+    load_checkpoint(model, read_npz(path))

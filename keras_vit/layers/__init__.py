@@ -1,0 +1,29 @@
+"""The layers a ViT is assembled from, one module each."""
+
+from keras_vit.layers.attention import MultiHeadSelfAttention
+from keras_vit.layers.class_token import ClassToken
+from keras_vit.layers.encoder import Encoder
+from keras_vit.layers.encoder_block import LAYER_NORM_EPSILON, EncoderBlock
+from keras_vit.layers.mlp import MlpBlock
+from keras_vit.layers.patch_embedding import PatchEmbedding
+from keras_vit.layers.pooling import TokenPooling
+from keras_vit.layers.position_embedding import PositionEmbedding
+from keras_vit.layers.resnet import BottleneckUnit, ResNetStem
+from keras_vit.layers.std_conv import StdConv2D
+from keras_vit.layers.stochastic_depth import StochasticDepth
+
+__all__ = [
+    "BottleneckUnit",
+    "ClassToken",
+    "Encoder",
+    "EncoderBlock",
+    "LAYER_NORM_EPSILON",
+    "MlpBlock",
+    "MultiHeadSelfAttention",
+    "PatchEmbedding",
+    "PositionEmbedding",
+    "ResNetStem",
+    "StdConv2D",
+    "StochasticDepth",
+    "TokenPooling",
+]

@@ -1,0 +1,72 @@
+"""The stack of encoder blocks and the final LayerNorm."""
+
+import keras
+
+from keras_vit.layers.encoder_block import LAYER_NORM_EPSILON, EncoderBlock
+
+
+@keras.saving.register_keras_serializable(package="keras_vit")
+class Encoder(keras.layers.Layer):
+    """`num_layers` EncoderBlocks followed by LayerNorm ("encoder_norm").
+
+    Stochastic depth grows linearly with depth: block i drops its residual
+    branches with probability stochastic_depth_rate * i / (num_layers - 1).
+
+    `call(x, return_attention_scores=True)` returns (tokens, [probabilities
+    of block 0, block 1, ...]), each (B, heads, N, N): the same weights and
+    code as the plain call, so attention maps cannot drift from the model.
+    """
+
+    def __init__(self, num_layers, num_heads, mlp_dim, dropout_rate=0.0, attention_dropout_rate=0.0,
+                 stochastic_depth_rate=0.0, **kwargs):
+        super().__init__(**kwargs)
+        self.num_layers = int(num_layers)
+        self.num_heads = int(num_heads)
+        self.mlp_dim = int(mlp_dim)
+        self.dropout_rate = float(dropout_rate)
+        self.attention_dropout_rate = float(attention_dropout_rate)
+        self.stochastic_depth_rate = float(stochastic_depth_rate)
+        self.blocks = [
+            EncoderBlock(
+                self.num_heads,
+                self.mlp_dim,
+                self.dropout_rate,
+                self.attention_dropout_rate,
+                self.stochastic_depth_rate * i / max(self.num_layers - 1, 1),
+                name=f"encoderblock_{i}",
+                dtype=self.dtype_policy,
+            )
+            for i in range(self.num_layers)
+        ]
+        self.encoder_norm = keras.layers.LayerNormalization(
+            epsilon=LAYER_NORM_EPSILON, name="encoder_norm", dtype=self.dtype_policy)
+
+    def build(self, input_shape):
+        for block in self.blocks:
+            block.build(input_shape)
+        self.encoder_norm.build(input_shape)
+
+    def call(self, x, training=False, return_attention_scores=False):
+        scores = []
+        for block in self.blocks:
+            if return_attention_scores:
+                x, block_scores = block(x, training=training, return_attention_scores=True)
+                scores.append(block_scores)
+            else:
+                x = block(x, training=training)
+        x = self.encoder_norm(x)
+        return (x, scores) if return_attention_scores else x
+
+    def compute_output_shape(self, input_shape):
+        return input_shape
+
+    def get_config(self):
+        return {
+            **super().get_config(),
+            "num_layers": self.num_layers,
+            "num_heads": self.num_heads,
+            "mlp_dim": self.mlp_dim,
+            "dropout_rate": self.dropout_rate,
+            "attention_dropout_rate": self.attention_dropout_rate,
+            "stochastic_depth_rate": self.stochastic_depth_rate,
+        }

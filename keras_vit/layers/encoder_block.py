@@ -1,0 +1,69 @@
+"""One pre-LayerNorm Transformer encoder block."""
+
+import keras
+
+from keras_vit.layers.attention import MultiHeadSelfAttention
+from keras_vit.layers.mlp import MlpBlock
+from keras_vit.layers.stochastic_depth import StochasticDepth
+
+# The official code uses Flax's LayerNorm default; Keras' default is 1e-3.
+LAYER_NORM_EPSILON = 1e-6
+
+
+@keras.saving.register_keras_serializable(package="keras_vit")
+class EncoderBlock(keras.layers.Layer):
+    """x + Attention(LN(x)), then x + MLP(LN(x)) (the paper's Eq. 2-3).
+
+    Args:
+        num_heads: attention heads.
+        mlp_dim: hidden width of the MLP.
+        dropout_rate: dropout after attention and inside the MLP.
+        attention_dropout_rate: dropout on attention probabilities.
+        stochastic_depth_rate: probability of dropping each residual branch.
+    """
+
+    def __init__(self, num_heads, mlp_dim, dropout_rate=0.0, attention_dropout_rate=0.0,
+                 stochastic_depth_rate=0.0, **kwargs):
+        super().__init__(**kwargs)
+        self.num_heads = int(num_heads)
+        self.mlp_dim = int(mlp_dim)
+        self.dropout_rate = float(dropout_rate)
+        self.attention_dropout_rate = float(attention_dropout_rate)
+        self.stochastic_depth_rate = float(stochastic_depth_rate)
+        policy = self.dtype_policy
+        self.attention_norm = keras.layers.LayerNormalization(
+            epsilon=LAYER_NORM_EPSILON, name="LayerNorm_0", dtype=policy)
+        self.attention = MultiHeadSelfAttention(
+            self.num_heads, self.attention_dropout_rate, name="MultiHeadDotProductAttention_1", dtype=policy)
+        self.mlp_norm = keras.layers.LayerNormalization(
+            epsilon=LAYER_NORM_EPSILON, name="LayerNorm_2", dtype=policy)
+        self.mlp = MlpBlock(self.mlp_dim, self.dropout_rate, name="MlpBlock_3", dtype=policy)
+        self.dropout = keras.layers.Dropout(self.dropout_rate, dtype=policy)
+        self.drop_path = StochasticDepth(self.stochastic_depth_rate, dtype=policy)
+
+    def build(self, input_shape):
+        for layer in (self.attention_norm, self.attention, self.mlp_norm, self.mlp):
+            layer.build(input_shape)
+
+    def call(self, x, training=False, return_attention_scores=False):
+        y = self.attention_norm(x)
+        if return_attention_scores:
+            y, scores = self.attention(y, training=training, return_attention_scores=True)
+        else:
+            y = self.attention(y, training=training)
+        x = x + self.drop_path(self.dropout(y, training=training), training=training)
+        x = x + self.drop_path(self.mlp(self.mlp_norm(x), training=training), training=training)
+        return (x, scores) if return_attention_scores else x
+
+    def compute_output_shape(self, input_shape):
+        return input_shape
+
+    def get_config(self):
+        return {
+            **super().get_config(),
+            "num_heads": self.num_heads,
+            "mlp_dim": self.mlp_dim,
+            "dropout_rate": self.dropout_rate,
+            "attention_dropout_rate": self.attention_dropout_rate,
+            "stochastic_depth_rate": self.stochastic_depth_rate,
+        }

@@ -1,0 +1,43 @@
+"""The position-wise MLP of an encoder block."""
+
+import keras
+
+
+@keras.saving.register_keras_serializable(package="keras_vit")
+class MlpBlock(keras.layers.Layer):
+    """Dense(mlp_dim) -> GELU (tanh approximation, as the official code) ->
+    dropout -> Dense(D) -> dropout.
+
+    Initialisation as the official code: Xavier-uniform kernels, biases
+    normal(stddev=1e-6).
+    """
+
+    def __init__(self, mlp_dim, dropout_rate=0.0, **kwargs):
+        super().__init__(**kwargs)
+        self.mlp_dim = int(mlp_dim)
+        self.dropout_rate = float(dropout_rate)
+        self.dropout = keras.layers.Dropout(self.dropout_rate, dtype=self.dtype_policy)
+
+    def build(self, input_shape):
+        bias_init = keras.initializers.RandomNormal(stddev=1e-6)
+        self.dense_0 = keras.layers.Dense(
+            self.mlp_dim, kernel_initializer="glorot_uniform", bias_initializer=bias_init,
+            name="Dense_0", dtype=self.dtype_policy,
+        )
+        self.dense_1 = keras.layers.Dense(
+            input_shape[-1], kernel_initializer="glorot_uniform", bias_initializer=bias_init,
+            name="Dense_1", dtype=self.dtype_policy,
+        )
+        self.dense_0.build(input_shape)
+        self.dense_1.build(tuple(input_shape[:-1]) + (self.mlp_dim,))
+
+    def call(self, x, training=False):
+        x = keras.activations.gelu(self.dense_0(x), approximate=True)
+        x = self.dropout(x, training=training)
+        return self.dropout(self.dense_1(x), training=training)
+
+    def compute_output_shape(self, input_shape):
+        return input_shape
+
+    def get_config(self):
+        return {**super().get_config(), "mlp_dim": self.mlp_dim, "dropout_rate": self.dropout_rate}

@@ -1,0 +1,208 @@
+"""The Vision Transformer model: layers assembled into a Keras functional model."""
+
+from __future__ import annotations
+
+import keras
+from keras import ops
+
+from keras_vit import layers as vit_layers
+from keras_vit.config import ViTConfig
+from keras_vit.variants import canonical_name, get_variant
+
+
+def preprocess_input(images):
+    """Scales 0..255 pixels to [-1, 1], the range the official checkpoints expect."""
+    return ops.cast(images, "float32") / 127.5 - 1.0
+
+
+def _image_size(image_size):
+    if isinstance(image_size, int):
+        return (image_size, image_size)
+    size = tuple(int(s) for s in image_size)
+    if len(size) != 2:
+        raise ValueError(f"image_size must be an int or (height, width), got {image_size!r}.")
+    return size
+
+
+@keras.saving.register_keras_serializable(package="keras_vit")
+class ViT(keras.Model):
+    """A Vision Transformer (Dosovitskiy et al., 2021), or a hybrid ResNet+ViT.
+
+    Images (B, H, W, C) in [-1, 1] (or 0..255 with include_preprocessing)
+    -> [ResNet stem] -> patches -> [class token] -> + position embedding ->
+    encoder -> pooled token -> [pre-logits] -> [head].
+
+    Args:
+        config: a ViTConfig or a variant name ("B/16", "R50+B/16", ...).
+        image_size: int or (height, width); must be a multiple of the
+            patch size (times the ResNet stride for a hybrid).
+        num_classes: outputs of the classification head.
+        include_top: False returns the head's input (B, D) (the
+            pre-logits output where there is a representation layer).
+        weights: None (random init), a path to an official-format `.npz`,
+            or a checkpoint name such as "imagenet21k" (downloaded once and
+            cached). The position embedding is resized to this image size.
+        include_preprocessing: take 0..255 pixels and scale them inside.
+        classifier_activation: activation of the head (None: logits).
+        num_channels: input channels (3 for every official checkpoint).
+        **config_overrides: ViTConfig fields to change, e.g.
+            representation_size=768 or dropout_rate=0.1.
+    """
+
+    def __init__(
+        self,
+        config="B/16",
+        image_size=224,
+        num_classes=1000,
+        include_top=True,
+        weights=None,
+        include_preprocessing=False,
+        classifier_activation=None,
+        num_channels=3,
+        name=None,
+        **kwargs,
+    ):
+        # Anything that is not a Keras Model argument is a ViTConfig override.
+        model_kwargs = {k: kwargs.pop(k) for k in ("trainable", "dtype") if k in kwargs}
+        if isinstance(config, dict):
+            config = ViTConfig.from_dict(config)
+        config = get_variant(config)
+        if kwargs:
+            config = config.replace(**kwargs)
+        height, width = _image_size(image_size)
+        stride = config.total_stride
+        if height % stride or width % stride:
+            raise ValueError(
+                f"image_size {(height, width)} is not divisible by the patch size {stride}"
+                f"{' (patch size x ResNet stride)' if config.resnet else ''}: use a multiple of "
+                f"{stride}, e.g. {max(1, round(height / stride)) * stride}."
+            )
+        if int(num_channels) < 1:
+            raise ValueError(f"num_channels must be positive, got {num_channels}.")
+        if include_top and (num_classes is None or int(num_classes) < 1):
+            raise ValueError(f"num_classes must be a positive integer when include_top=True, got {num_classes!r}.")
+
+        # === Layers ===
+        preprocessing = (
+            keras.layers.Rescaling(1.0 / 127.5, offset=-1.0, name="preprocessing")
+            if include_preprocessing else None
+        )
+        resnet = (
+            vit_layers.ResNetStem(config.resnet.num_layers, config.resnet.width_factor, name="resnet")
+            if config.resnet else None
+        )
+        patch_embedding = vit_layers.PatchEmbedding(config.hidden_size, config.patch_size, name="embedding")
+        class_token = vit_layers.ClassToken(name="cls") if config.classifier == "token" else None
+        position_embedding = vit_layers.PositionEmbedding(name="posembed_input")
+        embedding_dropout = keras.layers.Dropout(config.dropout_rate, name="embedding_dropout")
+        encoder = vit_layers.Encoder(
+            config.num_layers,
+            config.num_heads,
+            config.mlp_dim,
+            config.dropout_rate,
+            config.attention_dropout_rate,
+            config.stochastic_depth_rate,
+            name="Transformer",
+        )
+        pooling = vit_layers.TokenPooling(config.classifier, name="pooling")
+        pre_logits = (
+            keras.layers.Dense(config.representation_size, activation="tanh", name="pre_logits")
+            if config.representation_size else None
+        )
+        # Zero-initialised: the fine-tuning convention of the official code.
+        # float32 so that logits stay float32 under mixed precision.
+        head = (
+            keras.layers.Dense(
+                num_classes, kernel_initializer="zeros", activation=classifier_activation,
+                name="head", dtype="float32",
+            )
+            if include_top else None
+        )
+
+        # === Functional model ===
+        images = keras.Input((height, width, int(num_channels)), name="images")
+        x = preprocessing(images) if preprocessing else images
+        if resnet:
+            x = resnet(x)  # (B, H/s, W/s, C)
+        x = patch_embedding(x)  # (B, N, D)
+        if class_token:
+            x = class_token(x)  # (B, N + 1, D)
+        x = embedding_dropout(position_embedding(x))
+        x = encoder(x)
+        x = pooling(x)  # (B, D)
+        if pre_logits:
+            x = pre_logits(x)
+        outputs = head(x) if head else x
+        super().__init__(inputs=images, outputs=outputs, name=name or _default_name(config), **model_kwargs)
+
+        # === Config ===
+        self.config = config
+        self.image_size = (height, width)
+        self.num_classes = int(num_classes) if include_top else None
+        self.include_top = bool(include_top)
+        self.include_preprocessing = bool(include_preprocessing)
+        self.classifier_activation = classifier_activation
+        self.num_channels = int(num_channels)
+        # Named handles for porting, inspection and export (never list positions).
+        self.resnet = resnet
+        self.patch_embedding = patch_embedding
+        self.class_token = class_token
+        self.position_embedding = position_embedding
+        self.encoder = encoder
+        self.pooling = pooling
+        self.pre_logits = pre_logits
+        self.head = head
+
+        if weights is not None:
+            from keras_vit.checkpoints import load_weights
+
+            load_weights(self, weights)
+
+    @property
+    def grid_size(self):
+        """(rows, cols) of the patch grid."""
+        s = self.config.total_stride
+        return (self.image_size[0] // s, self.image_size[1] // s)
+
+    def __call__(self, inputs, *args, **kwargs):
+        # A clearer error than Keras' generic input-spec mismatch.
+        shape = getattr(inputs, "shape", None)
+        if shape is not None and len(shape) == 4 and shape[-1] is not None and shape[-1] != self.num_channels:
+            raise ValueError(
+                f"{self.name} expects images with {self.num_channels} channels (NHWC), got shape "
+                f"{tuple(shape)}. Convert grayscale/RGBA images to RGB, or build the model with "
+                f"num_channels={shape[-1]}."
+            )
+        if shape is not None and len(shape) != 4:
+            raise ValueError(
+                f"{self.name} expects a batch of NHWC images (4 dimensions), got shape {tuple(shape)}."
+            )
+        return super().__call__(inputs, *args, **kwargs)
+
+    def get_config(self):
+        return {
+            "config": self.config.to_dict(),
+            "image_size": list(self.image_size),
+            "num_classes": self.num_classes,
+            "include_top": self.include_top,
+            "include_preprocessing": self.include_preprocessing,
+            "classifier_activation": keras.activations.serialize(keras.activations.get(self.classifier_activation))
+            if self.classifier_activation is not None else None,
+            "num_channels": self.num_channels,
+            "name": self.name,
+            "trainable": self.trainable,
+        }
+
+    @classmethod
+    def from_config(cls, config):
+        config = dict(config)
+        if isinstance(config.get("classifier_activation"), dict):
+            config["classifier_activation"] = keras.activations.deserialize(config["classifier_activation"])
+        return cls(**config)
+
+
+def _default_name(config: ViTConfig) -> str:
+    try:
+        return "vit_" + canonical_name(config).lower().replace("/", "").replace("+", "_")
+    except ValueError:
+        return "vit"

@@ -1,0 +1,100 @@
+"""The one table of ViT variant sizes (the paper's Table 1, plus Ti/S from AugReg).
+
+Everything else (the `ViT_B16`-style constructors, the checkpoint names, the
+tests' parameter counts) is keyed by these names and never repeats the sizes.
+A hybrid's patch size is 1 on the ResNet feature map; its name gives the total
+stride ("R50+B/16": 16 pixels per token side).
+"""
+
+from __future__ import annotations
+
+from typing import Dict, List
+
+from keras_vit.config import ResNetConfig, ViTConfig
+
+#            width  depth  heads  mlp
+_SIZES = {
+    "Ti": (192, 12, 3, 768),
+    "S": (384, 12, 6, 1536),
+    "B": (768, 12, 12, 3072),
+    "L": (1024, 24, 16, 4096),
+    "H": (1280, 32, 16, 5120),
+}
+
+
+def _vit(size: str, patch_size: int, resnet: ResNetConfig = None) -> ViTConfig:
+    hidden_size, num_layers, num_heads, mlp_dim = _SIZES[size]
+    return ViTConfig(
+        patch_size=patch_size,
+        hidden_size=hidden_size,
+        mlp_dim=mlp_dim,
+        num_heads=num_heads,
+        num_layers=num_layers,
+        resnet=resnet,
+    )
+
+
+VARIANTS: Dict[str, ViTConfig] = {
+    "Ti/16": _vit("Ti", 16),
+    "S/16": _vit("S", 16),
+    "S/32": _vit("S", 32),
+    "B/8": _vit("B", 8),
+    "B/16": _vit("B", 16),
+    "B/32": _vit("B", 32),
+    "L/16": _vit("L", 16),
+    "L/32": _vit("L", 32),
+    "H/14": _vit("H", 14),
+    # Hybrids: the ResNet reaches stride 16 with 3 stages, 32 with 4.
+    "R50+B/16": _vit("B", 1, ResNetConfig(num_layers=(3, 4, 9))),
+    "R26+S/32": _vit("S", 1, ResNetConfig(num_layers=(2, 2, 2, 2))),
+    "R50+L/32": _vit("L", 1, ResNetConfig(num_layers=(3, 4, 6, 3))),
+}
+
+
+def _normalise(name: str) -> str:
+    # Accept "B/16", "b16", "ViT-B/16", "ViT-B_16", "R50+ViT-B/16", "R50+B_16".
+    key = name.strip().upper().replace("VIT-", "").replace("VIT_", "").replace("_", "/")
+    key = key.replace("-", "/")
+    if "/" not in key:
+        head = key.rstrip("0123456789")
+        key = f"{head}/{key[len(head):]}"
+    return key
+
+
+def get_variant(name: str) -> ViTConfig:
+    """The architecture of a named variant, e.g. "B/16" or "R50+B/16"."""
+    if isinstance(name, ViTConfig):
+        return name
+    wanted = _normalise(str(name))
+    for variant, config in VARIANTS.items():
+        if variant.upper() == wanted:
+            return config
+    raise ValueError(
+        f"Unknown ViT variant {name!r}. Known variants: {', '.join(VARIANTS)} "
+        f"(see keras_vit.list_variants())."
+    )
+
+
+def canonical_name(name_or_config) -> str:
+    """The table's spelling of a variant ("vit-b_16" -> "B/16").
+
+    A ViTConfig is matched on its architecture (sizes, patch, ResNet), so a
+    B/16 with a representation layer or dropout is still "B/16".
+    """
+    if not isinstance(name_or_config, ViTConfig):
+        config = get_variant(name_or_config)
+        return next(k for k, v in VARIANTS.items() if v is config)
+    for variant, config in VARIANTS.items():
+        if _architecture(config) == _architecture(name_or_config):
+            return variant
+    raise ValueError(f"{name_or_config} is not one of the registered variants {list(VARIANTS)}.")
+
+
+def _architecture(config: ViTConfig):
+    return (config.patch_size, config.hidden_size, config.mlp_dim, config.num_heads,
+            config.num_layers, config.resnet)
+
+
+def list_variants() -> List[str]:
+    """Names of every registered variant, smallest first within each family."""
+    return list(VARIANTS)

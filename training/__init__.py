@@ -1,0 +1,1 @@
+"""The tf.distribute trainer (installed as keras_vit.training)."""
