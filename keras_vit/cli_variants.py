@@ -1,0 +1,17 @@
+"""`keras-vit variants`: the variant table with parameter counts and checkpoints."""
+
+from keras_vit.checkpoints.hub import available_weights
+from keras_vit.variants import VARIANTS
+
+
+def add_arguments(parser):
+    del parser  # no options
+
+
+def run(args):
+    del args
+    print(f"{'variant':10} {'width':>5} {'depth':>5} {'heads':>5} {'mlp':>5} {'patch':>5}  resnet        weights")
+    for name, c in VARIANTS.items():
+        resnet = str(c.resnet.num_layers) if c.resnet else "-"
+        print(f"{name:10} {c.hidden_size:5} {c.num_layers:5} {c.num_heads:5} {c.mlp_dim:5} "
+              f"{c.total_stride:5}  {resnet:12}  {', '.join(available_weights(name)) or '-'}")

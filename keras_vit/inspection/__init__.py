@@ -1,0 +1,1 @@
+"""Seeing inside a ViT: predictions, attention maps and the paper's figures."""
