@@ -1,1 +1,49 @@
-"""Seeing inside a ViT: predictions, attention maps and the paper's figures."""
+"""Seeing inside a ViT: predictions, attention maps and the paper's figures.
+
+Computing is separate from plotting: the functions below return numpy arrays;
+`plots` turns them into PNGs; `make_figures` does everything for one model.
+Functions that take `images` take pixels in 0..255 (see `images`).
+
+    from keras_vit import inspection
+    tokens, probs = inspection.encoder_attention(model, images)   # probs (B, layers, heads, T, T)
+    rollout = inspection.attention_rollout(probs)                # (B, T, T)
+    inspection.make_figures(model, images, "figures/")
+"""
+
+from keras_vit.inspection import plots
+from keras_vit.inspection.analysis import (
+    attention_distance,
+    cosine_similarity_grid,
+    embedding_filter_pca,
+    mean_attention_distance,
+    patch_distances,
+    pca,
+    position_embedding_similarity,
+)
+from keras_vit.inspection.attention import (
+    attention_rollout,
+    embed,
+    encoder_attention,
+    head_maps,
+    num_prefix_tokens,
+    patch_map,
+    rollout_maps,
+)
+from keras_vit.inspection.figures import make_figures
+from keras_vit.inspection.images import find_images, load_image, load_images, model_inputs, to_model_pixels
+from keras_vit.inspection.predict import (
+    Prediction,
+    find_labels,
+    load_model,
+    predict_files,
+    predict_probabilities,
+    read_labels_file,
+)
+
+__all__ = [
+    "Prediction", "attention_distance", "attention_rollout", "cosine_similarity_grid", "embed",
+    "embedding_filter_pca", "encoder_attention", "find_images", "find_labels", "head_maps", "load_image",
+    "load_images", "load_model", "make_figures", "mean_attention_distance", "model_inputs", "num_prefix_tokens",
+    "patch_distances", "patch_map", "pca", "plots", "position_embedding_similarity", "predict_files",
+    "predict_probabilities", "read_labels_file", "rollout_maps", "to_model_pixels",
+]

@@ -1,0 +1,112 @@
+"""Attention probabilities and attention rollout, read from the model itself.
+
+The probabilities come from `model.encoder(x, return_attention_scores=True)`:
+the model's own layers and weights, not a second implementation that could
+drift from it.
+
+Which tokens a map shows:
+  * classifier="token": the class token's row (what the read-out token
+    attends to), over the patch tokens.
+  * classifier="gap": there is no class token; the model's output is the
+    mean of all tokens, so the row that matters is the mean of all query
+    rows. Maps show that mean row, over the patch tokens.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from keras_vit.inspection.images import model_inputs
+
+
+def num_prefix_tokens(model):
+    """Tokens before the patches: 1 with a class token, 0 for classifier="gap"."""
+    return 0 if model.class_token is None else 1
+
+
+def embed(model, x):
+    """Model inputs -> the token sequence the encoder sees (B, T, D), through the model's layers."""
+    if model.include_preprocessing:
+        x = model.get_layer("preprocessing")(x)
+    if model.resnet is not None:
+        x = model.resnet(x, training=False)  # (B, H/s, W/s, C)
+    x = model.patch_embedding(x)  # (B, N, D)
+    if model.class_token is not None:
+        x = model.class_token(x)  # (B, N + 1, D)
+    x = model.position_embedding(x)
+    return model.get_layer("embedding_dropout")(x, training=False)
+
+
+def encoder_attention(model, images, batch_size=16):
+    """Runs images through the model; returns its encoded tokens and every attention map.
+
+    Args:
+        model: a keras_vit ViT.
+        images: pixels (B, H, W, C) in 0..255 (see `keras_vit.inspection.images`).
+        batch_size: images per forward pass.
+
+    Returns:
+        (tokens (B, T, D), probabilities (B, layers, heads, T, T)), float32
+        numpy; T = patches + 1 with a class token. Row q of a map is the
+        softmax over keys for query token q, so every row sums to 1.
+    """
+    tokens, probabilities = [], []
+    for start in range(0, len(images), batch_size):
+        x = model_inputs(model, images[start:start + batch_size])
+        encoded, scores = model.encoder(embed(model, x), training=False, return_attention_scores=True)
+        tokens.append(np.asarray(encoded, dtype=np.float32))
+        probabilities.append(np.stack([np.asarray(s, dtype=np.float32) for s in scores], axis=1))
+    return np.concatenate(tokens), np.concatenate(probabilities)
+
+
+def attention_rollout(probabilities):
+    """Attention rollout (Abnar & Zuidema, 2020).
+
+    Per layer: average the heads, add the identity for the residual
+    connection, renormalise each row to sum to 1; then multiply through the
+    layers, later layers on the left: R = A'_L ... A'_2 A'_1.
+
+    Args:
+        probabilities: (..., layers, heads, T, T), e.g. the second output of
+            `encoder_attention`.
+
+    Returns:
+        (..., T, T): row q says how much each input token flows into output
+        token q.
+    """
+    a = np.asarray(probabilities, dtype=np.float64)
+    if a.ndim < 4 or a.shape[-1] != a.shape[-2]:
+        raise ValueError(f"Expected probabilities (..., layers, heads, T, T), got shape {a.shape}.")
+    a = a.mean(axis=-3)  # (..., layers, T, T)
+    a = a + np.eye(a.shape[-1])
+    a = a / a.sum(axis=-1, keepdims=True)
+    rollout = np.broadcast_to(np.eye(a.shape[-1]), a.shape[:-3] + a.shape[-2:]).copy()
+    for layer in range(a.shape[-3]):
+        rollout = a[..., layer, :, :] @ rollout
+    return rollout.astype(np.float32)
+
+
+def patch_map(matrix, grid_size, prefix_tokens):
+    """The read-out row of a (..., T, T) attention or rollout matrix as a patch grid.
+
+    With a class token (prefix_tokens=1) that is row 0; without one (GAP)
+    the mean of all rows, since the pooled output is the mean of all tokens.
+    Returns (..., rows, cols) over the patch tokens (class token column
+    dropped, not renormalised).
+    """
+    m = np.asarray(matrix)
+    row = m[..., 0, :] if prefix_tokens else m.mean(axis=-2)  # (..., T)
+    rows, cols = grid_size
+    return row[..., prefix_tokens:].reshape(row.shape[:-1] + (rows, cols))
+
+
+def rollout_maps(model, images, batch_size=16):
+    """Attention rollout of each image as a patch grid (B, rows, cols); see `patch_map`."""
+    _, probabilities = encoder_attention(model, images, batch_size=batch_size)
+    return patch_map(attention_rollout(probabilities), model.grid_size, num_prefix_tokens(model))
+
+
+def head_maps(model, images, batch_size=16):
+    """Per-layer, per-head read-out attention as patch grids (B, layers, heads, rows, cols)."""
+    _, probabilities = encoder_attention(model, images, batch_size=batch_size)
+    return patch_map(probabilities, model.grid_size, num_prefix_tokens(model))

@@ -1,0 +1,165 @@
+"""Top-k predictions for image files, with the model's labels."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from keras_vit.inspection.images import find_images, load_images, model_inputs
+
+# Where a training workdir may keep its class names, in the order tried.
+_LABEL_KEYS = ("labels", "class_names", "classes", "label_names")
+_LABEL_FILES = ("labels.txt", "labels.json", "class_names.txt")
+
+
+def load_model(path):
+    """Loads a `.keras` file, or `<workdir>/model.keras` when given a training workdir."""
+    import keras
+
+    import keras_vit  # noqa: F401 - registers the ViT layers for deserialisation
+
+    path = Path(path)
+    if path.is_dir():
+        path = path / "model.keras"
+    if not path.exists():
+        raise FileNotFoundError(f"No model at {path} (expected a .keras file or a workdir holding model.keras).")
+    return keras.saving.load_model(path, compile=False)
+
+
+def read_labels_file(path):
+    """Class names from a text file (one per line) or JSON (a list, or {index: name})."""
+    path = Path(path)
+    text = path.read_text(encoding="utf-8")
+    if path.suffix.lower() == ".json":
+        data = json.loads(text)
+        if isinstance(data, dict):
+            for key in _LABEL_KEYS:
+                if key in data:
+                    data = data[key]
+                    break
+        if isinstance(data, dict):
+            return [str(data[k]) for k in sorted(data, key=int)]
+        return [str(name) for name in data]
+    return [line.strip() for line in text.splitlines() if line.strip()]
+
+
+def find_labels(model_path, labels_path=None):
+    """The class names for a model: `labels_path` if given, else from its workdir, else None.
+
+    A workdir's `results.json` may hold them under one of "labels",
+    "class_names", "classes"; a `labels.txt` / `labels.json` next to the model
+    is also read. None means "use class indices".
+    """
+    if labels_path:
+        return read_labels_file(labels_path)
+    model_path = Path(model_path)
+    workdir = model_path if model_path.is_dir() else model_path.parent
+    results = workdir / "results.json"
+    if results.exists():
+        try:
+            data = json.loads(results.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            data = {}
+        for key in _LABEL_KEYS:
+            if isinstance(data, dict) and isinstance(data.get(key), (list, dict)):
+                names = data[key]
+                if isinstance(names, dict):
+                    return [str(names[k]) for k in sorted(names, key=int)]
+                return [str(name) for name in names]
+    for name in _LABEL_FILES:
+        if (workdir / name).exists():
+            return read_labels_file(workdir / name)
+    return None
+
+
+def outputs_are_probabilities(model):
+    """True when the model's head already ends in softmax or sigmoid."""
+    import keras
+
+    activation = getattr(model, "classifier_activation", None)
+    if activation is None:
+        return False
+    name = getattr(keras.activations.get(activation), "__name__", "")
+    return name in ("softmax", "sigmoid")
+
+
+def predict_probabilities(model, images, batch_size=32):
+    """Pixels (B, H, W, C) in 0..255 -> class probabilities (B, num_classes)."""
+    if not getattr(model, "include_top", True) or getattr(model, "num_classes", 1) is None:
+        raise ValueError("This model has no classification head (include_top=False): nothing to predict.")
+    outputs = []
+    for start in range(0, len(images), batch_size):
+        x = model_inputs(model, images[start:start + batch_size])
+        outputs.append(np.asarray(model.predict_on_batch(x), dtype=np.float32))
+    logits = np.concatenate(outputs) if outputs else np.zeros((0, model.num_classes), np.float32)
+    if outputs_are_probabilities(model):
+        return logits
+    logits = logits - logits.max(axis=-1, keepdims=True)
+    e = np.exp(logits)
+    return e / e.sum(axis=-1, keepdims=True)
+
+
+@dataclasses.dataclass
+class Prediction:
+    """The top-k classes of one image, best first."""
+
+    path: str
+    indices: list
+    labels: list
+    probabilities: list
+
+    def to_dict(self):
+        return dataclasses.asdict(self)
+
+
+def predict_files(model, paths, top_k=5, labels=None, batch_size=32, recursive=False, progress=None):
+    """Top-k predictions for image files and folders.
+
+    Args:
+        model: a keras_vit ViT with a classification head.
+        paths: image files and/or folders (expanded by `find_images`).
+        top_k: classes per image (at most num_classes).
+        labels: class names indexed by class; None uses the indices.
+        batch_size: images decoded and run per step (memory stays bounded).
+        recursive: also look inside sub-folders.
+        progress: show a tqdm bar on stderr; None shows it for more than one batch.
+
+    Returns:
+        (predictions, failures): a `Prediction` per readable image in input
+        order, and (path, reason) for every file that could not be read.
+    """
+    files = find_images(paths, recursive=recursive)
+    top_k = max(1, min(int(top_k), model.num_classes))
+    if labels is not None and len(labels) < model.num_classes:
+        raise ValueError(f"{len(labels)} labels for a model with {model.num_classes} classes.")
+    if progress is None:
+        progress = len(files) > batch_size
+    bar = None
+    if progress:
+        from tqdm import tqdm
+
+        bar = tqdm(total=len(files), unit="img", file=sys.stderr, desc="predict")
+    predictions, failures = [], []
+    for start in range(0, len(files), batch_size):
+        chunk = files[start:start + batch_size]
+        pixels, read, failed = load_images(chunk, model.image_size, model.num_channels)
+        failures.extend(failed)
+        if read:
+            probabilities = predict_probabilities(model, pixels, batch_size=batch_size)
+            for path, p in zip(read, probabilities):
+                best = np.argsort(-p, kind="stable")[:top_k]
+                predictions.append(Prediction(
+                    path=path,
+                    indices=[int(i) for i in best],
+                    labels=[labels[i] if labels is not None else str(i) for i in best],
+                    probabilities=[float(p[i]) for i in best],
+                ))
+        if bar is not None:
+            bar.update(len(chunk))
+    if bar is not None:
+        bar.close()
+    return predictions, failures
