@@ -1,0 +1,43 @@
+"""Plain-numpy forward passes written from the paper's equations, used as
+independent references for the layers."""
+
+import numpy as np
+
+
+def layer_norm(x, gamma, beta, eps=1e-6):
+    mean = x.mean(-1, keepdims=True)
+    var = ((x - mean) ** 2).mean(-1, keepdims=True)
+    return (x - mean) / np.sqrt(var + eps) * gamma + beta
+
+
+def gelu_tanh(x):
+    return 0.5 * x * (1 + np.tanh(np.sqrt(2 / np.pi) * (x + 0.044715 * x**3)))
+
+
+def softmax(x, axis=-1):
+    e = np.exp(x - x.max(axis, keepdims=True))
+    return e / e.sum(axis, keepdims=True)
+
+
+def attention(x, wq, bq, wk, bk, wv, bv, wo, bo):
+    """x (B, N, D); w* (D, H, K); b* (H, K); wo (H, K, D); bo (D,).
+    Returns (output (B, N, D), probabilities (B, H, N, N))."""
+    q = np.einsum("bnd,dhk->bhnk", x, wq) + bq[None, :, None, :]
+    k = np.einsum("bnd,dhk->bhnk", x, wk) + bk[None, :, None, :]
+    v = np.einsum("bnd,dhk->bhnk", x, wv) + bv[None, :, None, :]
+    probs = softmax(q @ k.transpose(0, 1, 3, 2) / np.sqrt(q.shape[-1]))
+    context = probs @ v  # (B, H, N, K)
+    return np.einsum("bhnk,hkd->bnd", context, wo) + bo, probs
+
+
+def mlp(x, w0, b0, w1, b1):
+    return gelu_tanh(x @ w0 + b0) @ w1 + b1
+
+
+def encoder_block(x, p):
+    """p: dict of the block's official-layout parameters."""
+    y = layer_norm(x, p["ln0_scale"], p["ln0_bias"])
+    y, _ = attention(y, *p["attention"])
+    x = x + y
+    y = layer_norm(x, p["ln2_scale"], p["ln2_bias"])
+    return x + mlp(y, *p["mlp"])
