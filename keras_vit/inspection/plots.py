@@ -175,8 +175,7 @@ def plot_position_similarity(similarity, path, figsize=None, dpi=100):
             mosaic[y:y + rows, x:x + cols] = similarity[i, j]
     figsize = figsize or (6.4, 0.8 + 5.0 * rows / cols)
     fig, ax = plt.subplots(figsize=figsize, layout="constrained")
-    cmap = plt.get_cmap("viridis").copy()
-    cmap.set_bad("white")
+    cmap = plt.get_cmap("viridis").with_extremes(bad="white")
     shown = ax.imshow(mosaic, cmap=cmap, vmin=-1, vmax=1, interpolation="nearest")
     centre_y = np.arange(rows) * (rows + 1) + (rows - 1) / 2
     centre_x = np.arange(cols) * (cols + 1) + (cols - 1) / 2
