@@ -41,3 +41,30 @@ def encoder_block(x, p):
     x = x + y
     y = layer_norm(x, p["ln2_scale"], p["ln2_bias"])
     return x + mlp(y, *p["mlp"])
+
+
+def vit_forward(params, images, config):
+    """A whole non-hybrid ViT from official-layout params, in numpy."""
+    p, d = config.patch_size, config.hidden_size
+    b, h, w, c = images.shape
+    patches = images.reshape(b, h // p, p, w // p, p, c).transpose(0, 1, 3, 2, 4, 5).reshape(b, -1, p * p * c)
+    x = patches @ params["embedding/kernel"].reshape(-1, d) + params["embedding/bias"]
+    if config.classifier == "token":
+        x = np.concatenate([np.broadcast_to(params["cls"], (b, 1, d)), x], axis=1)
+    x = x + params["Transformer/posembed_input/pos_embedding"]
+    for i in range(config.num_layers):
+        q = f"Transformer/encoderblock_{i}/"
+        a = q + "MultiHeadDotProductAttention_1/"
+        x = encoder_block(x, {
+            "ln0_scale": params[q + "LayerNorm_0/scale"], "ln0_bias": params[q + "LayerNorm_0/bias"],
+            "ln2_scale": params[q + "LayerNorm_2/scale"], "ln2_bias": params[q + "LayerNorm_2/bias"],
+            "attention": [params[a + f"{n}/{v}"] for n in ("query", "key", "value", "out") for v in ("kernel", "bias")],
+            "mlp": [params[q + f"MlpBlock_3/Dense_{j}/{v}"] for j in (0, 1) for v in ("kernel", "bias")],
+        })
+    x = layer_norm(x, params["Transformer/encoder_norm/scale"], params["Transformer/encoder_norm/bias"])
+    x = x[:, 0] if config.classifier == "token" else x.mean(axis=1)
+    if "pre_logits/kernel" in params:
+        x = np.tanh(x @ params["pre_logits/kernel"] + params["pre_logits/bias"])
+    if "head/kernel" in params:
+        x = x @ params["head/kernel"] + params["head/bias"]
+    return x
