@@ -1,0 +1,73 @@
+"""`keras-vit export`: SavedModel / TFLite / ONNX, each validated against Keras.
+
+    keras-vit export runs/demo --formats saved_model,tflite,tflite-fp16,tflite-int8,onnx \\
+        --out exports/demo --data mnist
+"""
+
+from __future__ import annotations
+
+import sys
+
+
+def add_arguments(parser):
+    from keras_vit.export.pipeline import FORMATS
+
+    parser.add_argument("source", help="a .keras file, a training workdir (with model.keras), or a variant name "
+                                       "such as B/16 (then --weights is required)")
+    parser.add_argument("--formats", default=",".join(FORMATS),
+                        help=f"comma-separated, out of {','.join(FORMATS)} (default: all)")
+    parser.add_argument("--out", default="exports", help="output folder (default: exports)")
+    parser.add_argument("--name", help="artifact name (default: the workdir or file name)")
+    parser.add_argument("--version", type=int, help="SavedModel version (default: one above the highest present)")
+    parser.add_argument("--labels", help="class names, one per line (default: the workdir's, else 0..N-1)")
+    parser.add_argument("--data", help="validation (and calibration) images: 'mnist' (the bundled digits), an "
+                                       ".npz with images[/labels], a .npy, or a folder (class sub-folders give "
+                                       "labels). Default: random pixels (no accuracy; int8 refuses)")
+    parser.add_argument("--calibration-data", help="int8 calibration images (same forms); default: the first "
+                                                   "--num-calibration images of --data, kept out of validation")
+    parser.add_argument("--num-calibration", type=int, default=200, help="int8 calibration images (default 200)")
+    parser.add_argument("--num-validation", type=int, default=1000, help="validation images at most (default 1000)")
+    parser.add_argument("--top-k", type=int, default=5, help="classes returned by the SavedModel (default 5)")
+    parser.add_argument("--latency-runs", type=int, default=20, help="timed single-image calls (default 20)")
+    group = parser.add_argument_group("building a variant (source is a variant name)")
+    group.add_argument("--weights", help="an official-format .npz or a checkpoint name")
+    group.add_argument("--image-size", type=int, help="input side (default 224)")
+    group.add_argument("--num-classes", type=int, help="classes of the head (default 1000)")
+    group.add_argument("--num-channels", type=int, help="input channels (default 3)")
+    parser.add_argument("--quiet", action="store_true", help="print only the table")
+
+
+def run(args):
+    from keras_vit.export import data as data_lib
+    from keras_vit.export.pipeline import ExportError, ExportFailed, export
+
+    validation, calibration = args.data, args.calibration_data
+    if args.data is not None and args.calibration_data is None and "int8" in args.formats:
+        # One source for both: calibrate on its head, validate on the rest.
+        validation, calibration = _split(args, data_lib)
+    try:
+        report = export(
+            args.source, args.formats, args.out, validation_data=validation, calibration_data=calibration,
+            labels=args.labels, name=args.name, version=args.version, top_k=args.top_k,
+            num_validation=args.num_validation, num_calibration=args.num_calibration,
+            latency_runs=args.latency_runs, weights=args.weights, image_size=args.image_size,
+            num_classes=args.num_classes, num_channels=args.num_channels, verbose=True)
+    except ExportError as error:
+        print(f"keras-vit export: error: {error}", file=sys.stderr)
+        return 2
+    except ExportFailed as error:
+        print(f"keras-vit export: {error}", file=sys.stderr)
+        return 1
+    return 0 if report["passed"] else 1
+
+
+def _split(args, data_lib):
+    try:
+        images = data_lib.read(args.data)
+    except (FileNotFoundError, ValueError, TypeError) as error:
+        print(f"keras-vit export: error: {error}", file=sys.stderr)
+        raise SystemExit(2)
+    n = args.num_calibration
+    if len(images) < 2 * n:  # too few to hold some out: calibrate on a part of the validation images
+        return images, images.take(0, n)
+    return images.take(n), images.take(0, n)

@@ -1,0 +1,36 @@
+"""ONNX via tf2onnx (the optional `onnx` extra), checked with onnxruntime.
+
+Input `images` float32 (B, H, W, C) pixels 0..255 (any batch size), output
+`probabilities` (B, classes), as `serving_default`. The tanh-approximated GELU
+of the official ViT converts; the exact one would need Erf/Erfc ops.
+"""
+
+from __future__ import annotations
+
+import tensorflow as tf
+
+from keras_vit.export import serving
+
+OPSET = 17
+PROTOBUF_LIMIT = 2 * 1024**3
+
+
+def check(model):
+    try:
+        import onnxruntime  # noqa: F401
+        import tf2onnx  # noqa: F401
+    except ImportError as error:
+        raise ImportError(f"ONNX export needs tf2onnx and onnxruntime: pip install 'keras-vit[onnx]' ({error}).") from None
+    if model.count_params() * 4 >= PROTOBUF_LIMIT:
+        raise ValueError(f"{model.name} has {model.count_params():,} float32 parameters, over the 2 GiB an ONNX "
+                         f"protobuf holds (tf2onnx's large_model zip format is not supported here).")
+
+
+def write(model, path):
+    import tf2onnx
+
+    check(model)
+    _, height, width, channels = model.inputs[0].shape
+    spec = tf.TensorSpec((None, height, width, channels), tf.float32, name="images")
+    fn = tf.function(lambda images: {"probabilities": serving.probabilities(model, images)})
+    tf2onnx.convert.from_function(fn, input_signature=[spec], opset=OPSET, output_path=path)

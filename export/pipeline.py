@@ -1,0 +1,316 @@
+"""`export()`: model -> artifacts, each validated in a fresh process, moved into place only when good.
+
+Layout of `out` (TF Serving reads `<out>/<name>/`, serving its highest version):
+
+    <out>/<name>/<version>/          SavedModel (serving_default, serving_bytes, assets/labels.txt)
+    <out>/<name>.tflite              float32
+    <out>/<name>.fp16.tflite         float16 weights
+    <out>/<name>.dynamic-int8.tflite dynamic-range int8
+    <out>/<name>.int8.tflite         int8 weights and activations, calibrated
+    <out>/<name>.onnx                ONNX (tf2onnx)
+    <out>/labels.txt                 one class name per line, index = class id
+    <out>/report.json                the validation report
+
+Everything is built and validated in `<out>/.export-*/` (same filesystem), then
+renamed into place artifact by artifact: an artifact that fails leaves the one
+already at its path untouched.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+import time
+from typing import Dict, Iterable, Optional, Union
+
+import numpy as np
+
+FORMATS = ("saved_model", "tflite", "tflite-fp16", "tflite-dynamic", "tflite-int8", "onnx")
+FILE_SUFFIXES = {
+    "tflite": ".tflite",
+    "tflite-fp16": ".fp16.tflite",
+    "tflite-dynamic": ".dynamic-int8.tflite",
+    "tflite-int8": ".int8.tflite",
+    "onnx": ".onnx",
+}
+
+
+class ExportError(ValueError):
+    """The export cannot start: unknown format, missing model, unsuitable model or data."""
+
+
+class ExportFailed(RuntimeError):
+    """Some artifact failed conversion or validation; `.report` says which and why."""
+
+    def __init__(self, report):
+        failed = [a["format"] for a in report["artifacts"] if not a["passed"]]
+        super().__init__(f"export failed for {', '.join(failed)} (the artifacts already at those paths, if any, "
+                         f"are untouched); see {report.get('report_path')}")
+        self.report = report
+
+
+def parse_formats(formats: Union[str, Iterable[str]]):
+    names = [f.strip() for f in (formats.split(",") if isinstance(formats, str) else formats) if f.strip()]
+    names = [n.replace("_", "-") if n.startswith("tflite") else n.replace("-", "_") for n in names]
+    unknown = [n for n in names if n not in FORMATS]
+    if unknown or not names:
+        raise ExportError(f"Unknown export format(s) {unknown or names}; choose from {', '.join(FORMATS)}.")
+    return list(dict.fromkeys(names))
+
+
+def export(model_or_path, formats=FORMATS, out="exports", *, validation_data=None, calibration_data=None,
+           labels=None, name=None, version: Optional[int] = None, top_k: int = 5,
+           num_validation: Optional[int] = None, num_calibration: int = 200, latency_runs: int = 20,
+           thresholds: Optional[Dict[str, Dict]] = None, weights=None, image_size=None, num_classes=None,
+           num_channels=None, raise_on_failure: bool = True, verbose: bool = True) -> Dict:
+    """Exports a model to `formats` under `out`, validating every artifact.
+
+    Args:
+        model_or_path: a keras.Model, a `.keras` file, a training workdir
+            (`model.keras`, optional `labels.txt` / `results.json` labels) or
+            a variant name with `weights`, `image_size`, `num_classes`,
+            `num_channels`.
+        formats: a list or comma-separated string out of FORMATS.
+        out: the output folder (created if needed).
+        validation_data: images to validate on: "mnist" (the bundled
+            digits), an .npz/.npy path, a folder of images, an array of
+            pixels 0..255, or (images, labels). Labels give accuracy.
+            None: 32 random images (agreement only; not allowed for int8).
+        calibration_data: the representative sample for tflite-int8, same
+            forms; default: the first `num_calibration` validation images.
+        labels: class names (list or file); default the workdir's, else "0".."N-1".
+        name: artifact name (default from the model file or workdir).
+        version: SavedModel version; default one above the highest present.
+            An existing version is replaced only once the new one passed.
+        top_k: how many top classes the SavedModel signatures return.
+        num_validation: use at most this many validation images.
+        latency_runs: single-image calls timed per artifact.
+        thresholds: per-format overrides of report.THRESHOLDS.
+        raise_on_failure: raise ExportFailed (after writing the report and
+            moving the good artifacts into place) if any artifact failed.
+
+    Returns:
+        The report (also written to `<out>/report.json`).
+    """
+    from keras_vit.export import data as data_lib
+    from keras_vit.export import report as report_lib
+    from keras_vit.export import serving, source as source_lib
+
+    formats = parse_formats(formats)
+    try:
+        src = source_lib.resolve(model_or_path, weights=weights, image_size=image_size, num_classes=num_classes,
+                                 num_channels=num_channels, labels=labels, name=name)
+    except (FileNotFoundError, ValueError) as error:
+        raise ExportError(str(error)) from error
+    model = src.model
+    height, width, channels = (int(d) for d in model.inputs[0].shape[1:])
+    for fmt in formats:
+        try:
+            _checker(fmt)(model)
+        except (ValueError, ImportError) as error:
+            raise ExportError(f"{fmt}: {error}") from error
+    limits = {f: {**report_lib.THRESHOLDS[f], **(thresholds or {}).get(f, {})} for f in formats}
+
+    # === Data ===
+    try:
+        if validation_data is None:
+            validation = data_lib.random_images(32, (height, width), channels)
+        else:
+            validation = data_lib.load(validation_data, (height, width), channels)
+        if num_validation:
+            validation = validation.take(0, num_validation)
+        calibration = None
+        if "tflite-int8" in formats:
+            if calibration_data is not None:
+                calibration = data_lib.load(calibration_data, (height, width), channels).take(0, num_calibration)
+            elif validation_data is not None:
+                calibration = validation.take(0, num_calibration)
+            else:
+                raise ExportError("tflite-int8 is calibrated on a representative sample of your data: pass "
+                                  "calibration_data= or validation_data= (--data on the command line).")
+    except (FileNotFoundError, ValueError, TypeError) as error:
+        raise ExportError(str(error)) from error
+
+    def say(message):
+        if verbose:
+            print(f"[export] {message}", flush=True)
+
+    say(f"{src.description}: {model.count_params():,} parameters, input {height}x{width}x{channels}, "
+        f"{len(src.labels)} classes; validating on {len(validation)} images ({validation.source})")
+    reference = serving.keras_probabilities(model, validation.images)
+    keras_row = {"accuracy": None if validation.labels is None else
+                 float(np.mean(reference.argmax(1) == validation.labels)),
+                 "latency_ms": _keras_latency(model, validation.images[:1], latency_runs),
+                 "size_bytes": _source_size(model_or_path)}
+    calibration_reference = None if calibration is None else serving.keras_probabilities(model, calibration.images)
+
+    # === Build and validate in a staging folder ===
+    os.makedirs(out, exist_ok=True)
+    version = _next_version(os.path.join(out, src.name)) if version is None else int(version)
+    staging = tempfile.mkdtemp(prefix=".export-", dir=out)
+    rows = []
+    try:
+        scratch = os.path.join(staging, ".scratch")
+        os.makedirs(scratch)
+        images_file = os.path.join(scratch, "images.npy")
+        np.save(images_file, validation.images)
+        for fmt in formats:
+            relative = _relative_path(fmt, src.name, version)
+            built = os.path.join(staging, relative)
+            start = time.perf_counter()
+            say(f"{fmt}: converting")
+            try:
+                notes = _build(fmt, model, src.labels, built, scratch, top_k, calibration, calibration_reference,
+                               limits[fmt])
+                say(f"{fmt}: validating in a fresh process")
+                row = _validate(fmt, built, images_file, reference, validation, src.labels, scratch,
+                                latency_runs, limits[fmt])
+                row["notes"] = notes
+            except Exception as error:  # noqa: BLE001 - any failure of one format is reported, not fatal
+                row = {"format": fmt, "passed": False, "failures": [f"{type(error).__name__}: {error}"],
+                       "thresholds": limits[fmt]}
+            row["path"] = os.path.join(out, relative)
+            row["seconds"] = round(time.perf_counter() - start, 1)
+            say(f"{fmt}: {'ok' if row['passed'] else 'FAILED: ' + '; '.join(row['failures'])}")
+            rows.append(row)
+
+        # === Move what passed into place ===
+        promoted = [row for row in rows if row["passed"]]
+        for row in promoted:
+            _replace(os.path.join(staging, _relative_path(row["format"], src.name, version)), row["path"], staging)
+        if promoted:
+            _write_atomically(os.path.join(out, "labels.txt"), "\n".join(src.labels) + "\n", staging)
+        for row in rows:
+            row["installed"] = row in promoted
+        report = {
+            "model": {"name": src.name, "source": src.description, "parameters": int(model.count_params()),
+                      "input_shape": [height, width, channels], "num_classes": len(src.labels),
+                      "saved_model_version": version if "saved_model" in formats else None},
+            "validation": {"num_images": len(validation), "source": validation.source,
+                           "labels": validation.labels is not None,
+                           "calibration_images": None if calibration is None else len(calibration)},
+            "keras": keras_row,
+            "artifacts": rows,
+            "passed": all(row["passed"] for row in rows),
+            "report_path": os.path.join(out, "report.json"),
+        }
+        _write_atomically(report["report_path"], json.dumps(report, indent=2, default=_json_default) + "\n", staging)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+
+    if verbose:
+        report_lib.print_table(report)
+    if raise_on_failure and not report["passed"]:
+        raise ExportFailed(report)
+    return report
+
+
+def _checker(fmt):
+    from keras_vit.export import onnx_model, saved_model, tflite
+
+    if fmt == "saved_model":
+        return saved_model.check
+    if fmt == "onnx":
+        return onnx_model.check
+    return lambda model: tflite.check(model, fmt)
+
+
+def _build(fmt, model, labels, path, scratch, top_k, calibration, calibration_reference, limits):
+    from keras_vit.export import onnx_model, saved_model, tflite
+
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    if fmt == "saved_model":
+        saved_model.write(model, labels, path, top_k=top_k)
+        return {"signatures": list(saved_model.SIGNATURES), "top_k": min(top_k, len(labels))}
+    if fmt == "onnx":
+        onnx_model.write(model, path)
+        return {"opset": onnx_model.OPSET}
+    source = os.path.join(scratch, "tflite_source")
+    if not os.path.isdir(source):
+        tflite.write_source(model, source)
+    content, notes = tflite.convert(
+        source, fmt, calibration, calibration_reference,
+        max_accuracy_drop=limits.get("max_accuracy_drop") or 0.005,
+        min_agreement=limits.get("min_agreement") or 0.99)
+    with open(path, "wb") as f:
+        f.write(content)
+    return notes
+
+
+def _validate(fmt, path, images_file, reference, validation, labels, scratch, latency_runs, limits):
+    from keras_vit.export import validate
+
+    return validate.validate(fmt, path, images_file, reference, validation.labels, labels, scratch,
+                             latency_runs=latency_runs, thresholds=limits)
+
+
+def _relative_path(fmt, name, version):
+    return os.path.join(name, str(version)) if fmt == "saved_model" else name + FILE_SUFFIXES[fmt]
+
+
+def _next_version(model_dir):
+    if not os.path.isdir(model_dir):
+        return 1
+    versions = [int(d) for d in os.listdir(model_dir) if d.isdigit()]
+    return max(versions, default=0) + 1
+
+
+def _replace(new, target, staging):
+    """Renames `new` onto `target`; an existing target is swapped out, then deleted."""
+    os.makedirs(os.path.dirname(target) or ".", exist_ok=True)
+    if os.path.isdir(new):
+        old = None
+        if os.path.exists(target):
+            old = os.path.join(staging, ".old-" + os.path.basename(target))
+            os.rename(target, old)
+        try:
+            os.rename(new, target)
+        except OSError:
+            if old:
+                os.rename(old, target)
+            raise
+    else:
+        os.replace(new, target)  # atomic for files
+
+
+def _write_atomically(path, text, staging):
+    temporary = os.path.join(staging, ".tmp-" + os.path.basename(path))
+    with open(temporary, "w", encoding="utf-8") as f:
+        f.write(text)
+    os.replace(temporary, path)
+
+
+def _keras_latency(model, image, runs):
+    import tensorflow as tf
+
+    from keras_vit.export import serving
+
+    fn = tf.function(lambda x: serving.probabilities(model, x))
+    x = tf.constant(image)
+    for _ in range(3):
+        fn(x)
+    times = []
+    for _ in range(runs):
+        start = time.perf_counter()
+        fn(x).numpy()
+        times.append(time.perf_counter() - start)
+    return 1000.0 * float(np.median(times))
+
+
+def _source_size(model_or_path):
+    if isinstance(model_or_path, (str, os.PathLike)):
+        path = os.fspath(model_or_path)
+        path = os.path.join(path, "model.keras") if os.path.isdir(path) else path
+        if os.path.isfile(path):
+            return os.path.getsize(path)
+    return None
+
+
+def _json_default(value):
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, np.ndarray):
+        return value.tolist()
+    raise TypeError(f"not JSON serialisable: {type(value).__name__}")

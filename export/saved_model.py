@@ -1,0 +1,84 @@
+"""SavedModel for TF Serving: two signatures, labels shipped as an asset.
+
+    serving_default(images: float32 (B, H, W, C), pixels 0..255)
+    serving_bytes(image_bytes: string (B,), encoded JPEG/PNG/BMP/GIF)
+        -> probabilities (B, classes), top_k_ids (B, k) int32,
+           top_k_probabilities (B, k), top_k_labels (B, k) string
+
+The bytes signature decodes, resizes (bilinear, antialiased) and normalises
+in the graph. Undecodable bytes raise InvalidArgumentError inside the op:
+TF Serving answers that request with an error and goes on serving.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+
+import keras
+import tensorflow as tf
+
+from keras_vit.export import serving
+
+SIGNATURES = ("serving_default", "serving_bytes")
+DECODABLE_CHANNELS = (1, 3, 4)  # what tf.io.decode_image can produce
+
+
+def check(model):
+    channels = int(model.inputs[0].shape[-1])
+    if channels not in DECODABLE_CHANNELS:
+        raise ValueError(f"The SavedModel's bytes signature decodes images to 1, 3 or 4 channels; "
+                         f"{model.name} takes {channels}.")
+
+
+def write(model, labels, path, top_k=5):
+    """Writes the SavedModel directory `path` (which must not exist)."""
+    check(model)
+    _, height, width, channels = (int(d) if d is not None else None for d in model.inputs[0].shape)
+    k = min(int(top_k), len(labels))
+
+    # The labels file becomes the SavedModel's assets/labels.txt.
+    labels_dir = tempfile.mkdtemp(prefix="labels-", dir=os.path.dirname(os.path.abspath(path)))
+    labels_file = os.path.join(labels_dir, "labels.txt")
+    with open(labels_file, "w", encoding="utf-8") as f:
+        f.write("\n".join(labels) + "\n")
+    table = tf.lookup.StaticHashTable(
+        tf.lookup.TextFileInitializer(
+            labels_file, tf.int64, tf.lookup.TextFileIndex.LINE_NUMBER,
+            tf.string, tf.lookup.TextFileIndex.WHOLE_LINE),
+        default_value="")
+
+    def classify(images):
+        probs = serving.probabilities(model, images)  # (B, classes)
+        top_probs, top_ids = tf.math.top_k(probs, k=k)  # (B, k) each
+        return {
+            "probabilities": probs,
+            "top_k_ids": top_ids,
+            "top_k_probabilities": top_probs,
+            "top_k_labels": table.lookup(tf.cast(top_ids, tf.int64)),
+        }
+
+    def decode(encoded):
+        image = tf.io.decode_image(encoded, channels=channels, expand_animations=False)  # (h, w, C) uint8
+        image = tf.cast(image, tf.float32)
+        same_size = tf.logical_and(tf.shape(image)[0] == height, tf.shape(image)[1] == width)
+        return tf.cond(same_size, lambda: tf.ensure_shape(image, (height, width, channels)),
+                       lambda: tf.image.resize(image, (height, width), antialias=True))
+
+    def classify_bytes(image_bytes):
+        images = tf.map_fn(decode, image_bytes,
+                           fn_output_signature=tf.TensorSpec((height, width, channels), tf.float32))
+        return classify(images)
+
+    archive = keras.export.ExportArchive()
+    archive.track(model)
+    archive.track(table)
+    archive.add_endpoint("serving_default", classify, input_signature=[
+        tf.TensorSpec((None, height, width, channels), tf.float32, name="images")])
+    archive.add_endpoint("serving_bytes", classify_bytes, input_signature=[
+        tf.TensorSpec((None,), tf.string, name="image_bytes")])
+    try:
+        archive.write_out(path, verbose=False)
+    finally:
+        shutil.rmtree(labels_dir)

@@ -1,0 +1,134 @@
+"""What to export: a `.keras` file, a training workdir, a variant + weights, or a model.
+
+Resolves to the Keras model, its class labels and a name for the artifacts.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import re
+from typing import List, Optional
+
+import keras
+
+
+@dataclasses.dataclass
+class Source:
+    model: keras.Model
+    labels: List[str]
+    name: str
+    description: str
+
+
+def resolve(model_or_path, *, weights=None, image_size=None, num_classes=None, num_channels=None,
+            labels=None, name=None) -> Source:
+    """The model to export, its labels and a name.
+
+    Args:
+        model_or_path: a keras.Model; a `.keras` file; a training workdir
+            holding `model.keras` (and optionally `labels.txt`, or `labels` /
+            `class_names` in `results.json`); or a variant name ("B/16") built
+            with `weights`, `image_size`, `num_classes`, `num_channels`.
+        labels: a list of class names or a path to a file with one per line;
+            default: the workdir's, else "0".."N-1".
+        name: the artifacts' name; default from the file, folder or variant.
+    """
+    workdir_labels = None
+    if isinstance(model_or_path, keras.Model):
+        model, default_name, description = model_or_path, model_or_path.name, f"in-memory model {model_or_path.name!r}"
+    else:
+        path = os.fspath(model_or_path)
+        if os.path.isdir(path):
+            model_file = os.path.join(path, "model.keras")
+            if not os.path.isfile(model_file):
+                raise FileNotFoundError(f"Workdir {path!r} has no model.keras (has the training finished?).")
+            model = _load_keras(model_file)
+            default_name = os.path.basename(os.path.abspath(path))
+            workdir_labels = _workdir_labels(path)
+            description = f"workdir {path}"
+        elif path.endswith(".keras") or os.path.sep in path or os.path.exists(path):
+            if not os.path.isfile(path):
+                raise FileNotFoundError(f"Model file {path!r} does not exist.")
+            model = _load_keras(path)
+            default_name = os.path.splitext(os.path.basename(path))[0]
+            description = f"model file {path}"
+        else:
+            model = _from_variant(path, weights, image_size, num_classes, num_channels)
+            default_name = model.name
+            description = f"variant {path} with weights {weights}"
+    _check_model(model)
+    num_outputs = int(model.outputs[0].shape[-1])
+    return Source(model, _labels(labels if labels is not None else workdir_labels, num_outputs),
+                  _safe_name(name or default_name), description)
+
+
+def _load_keras(path):
+    import keras_vit  # noqa: F401  (registers the ViT layers for deserialisation)
+
+    return keras.saving.load_model(path, compile=False)
+
+
+def _from_variant(variant, weights, image_size, num_classes, num_channels):
+    from keras_vit import ViT, get_variant
+
+    try:
+        get_variant(variant)
+    except ValueError as error:
+        raise FileNotFoundError(f"{variant!r} is neither a model file, a workdir nor a variant. {error}") from None
+    if weights is None:
+        raise ValueError(f"Exporting variant {variant!r} needs weights (an .npz path or a checkpoint name): "
+                         f"an export of random weights is of no use.")
+    return ViT(variant, image_size=image_size or 224, num_classes=num_classes or 1000, weights=weights,
+               num_channels=num_channels or 3)
+
+
+def _check_model(model):
+    if len(model.inputs) != 1 or len(model.outputs) != 1:
+        raise ValueError(f"Export needs a model with one image input and one output; {model.name} has "
+                         f"{len(model.inputs)} inputs and {len(model.outputs)} outputs.")
+    shape = tuple(model.inputs[0].shape)
+    if len(shape) != 4 or any(d is None for d in shape[1:]):
+        raise ValueError(f"Export needs a fixed input size (batch, height, width, channels); {model.name} takes "
+                         f"{shape}.")
+    if len(model.outputs[0].shape) != 2:
+        raise ValueError(f"Export needs class scores (batch, classes); {model.name} returns "
+                         f"{tuple(model.outputs[0].shape)} (was it built with include_top=False?).")
+
+
+def _workdir_labels(path):
+    labels_file = os.path.join(path, "labels.txt")
+    if os.path.isfile(labels_file):
+        return labels_file
+    results = os.path.join(path, "results.json")
+    if os.path.isfile(results):
+        with open(results) as f:
+            data = json.load(f)
+        for key in ("labels", "class_names"):
+            if isinstance(data.get(key), list):
+                return data[key]
+    return None
+
+
+def _labels(labels, num_classes) -> List[str]:
+    if labels is None:
+        return [str(i) for i in range(num_classes)]
+    if isinstance(labels, (str, os.PathLike)):
+        if not os.path.isfile(labels):
+            raise FileNotFoundError(f"Labels file {os.fspath(labels)!r} does not exist.")
+        with open(labels, encoding="utf-8") as f:
+            labels = [line.rstrip("\r\n") for line in f]
+        while labels and not labels[-1]:
+            labels.pop()
+    labels = [str(label) for label in labels]
+    if len(labels) != num_classes:
+        raise ValueError(f"{len(labels)} labels for a model with {num_classes} classes.")
+    if any("\n" in label or "\r" in label for label in labels):
+        raise ValueError("Labels cannot contain line breaks (they are shipped one per line).")
+    return labels
+
+
+def _safe_name(name: str) -> str:
+    safe = re.sub(r"[^A-Za-z0-9_.-]+", "_", name).strip("._") or "model"
+    return safe

@@ -1,0 +1,83 @@
+"""Validation of one artifact: loaded in a fresh process, compared with Keras."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from typing import Dict, List, Optional
+
+import numpy as np
+
+from keras_vit.export import report as report_lib
+
+RUNNER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "runner.py")
+
+
+def runtime_of(fmt: str) -> str:
+    return "tflite" if fmt.startswith("tflite") else fmt
+
+
+def size_bytes(path: str) -> int:
+    if os.path.isfile(path):
+        return os.path.getsize(path)
+    return sum(os.path.getsize(os.path.join(d, f)) for d, _, files in os.walk(path) for f in files)
+
+
+def run_fresh(fmt: str, artifact: str, images_file: str, out_file: str, latency_runs: int,
+              timeout: float = 1800) -> Dict[str, np.ndarray]:
+    """Runs runner.py on the artifact in a new Python process; its outputs as arrays."""
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
+    command = [sys.executable, RUNNER, runtime_of(fmt), artifact, images_file, out_file, str(latency_runs)]
+    try:
+        done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        raise RuntimeError(f"loading and running the {fmt} artifact took over {timeout:.0f} s") from None
+    if done.returncode != 0:
+        tail = "\n".join(done.stderr.strip().splitlines()[-8:])
+        raise RuntimeError(f"the {fmt} artifact failed in a fresh process (exit {done.returncode}):\n{tail}")
+    with np.load(out_file) as outputs:
+        return {k: outputs[k] for k in outputs.files}
+
+
+def validate(fmt: str, artifact: str, images_file: str, reference: np.ndarray, labels: Optional[np.ndarray],
+             class_names: List[str], scratch: str, latency_runs: int = 20,
+             thresholds: Optional[Dict] = None) -> Dict:
+    """A report row for `artifact`: size, max abs diff and top-1 agreement with
+    `reference` (Keras probabilities), accuracy where `labels` exist, latency,
+    and the thresholds it fails (`passed` False if any)."""
+    thresholds = report_lib.THRESHOLDS[fmt] if thresholds is None else thresholds
+    row = {"format": fmt, "size_bytes": size_bytes(artifact), "thresholds": thresholds}
+    outputs = run_fresh(fmt, artifact, images_file, os.path.join(scratch, f"{fmt}-outputs.npz"), latency_runs)
+    probs = outputs["probabilities"]
+    if probs.shape != reference.shape:
+        raise RuntimeError(f"the {fmt} artifact returned shape {probs.shape}, Keras {reference.shape}")
+    row.update(_compare(probs, reference, labels))
+    row["latency_ms"] = float(outputs["latency_ms"])
+    problems = []
+    if fmt == "saved_model":
+        # The encoded-bytes signature saw the same pixels as PNG.
+        by_bytes = _compare(outputs["bytes_probabilities"], reference, labels)
+        row["bytes_signature"] = by_bytes
+        row["max_abs_diff"] = max(row["max_abs_diff"], by_bytes["max_abs_diff"])
+        row["top1_agreement"] = min(row["top1_agreement"], by_bytes["top1_agreement"])
+        for prefix in ("", "bytes_"):
+            expected = np.asarray(class_names)[outputs[prefix + "top_k_ids"]]
+            if not np.array_equal(outputs[prefix + "top_k_labels"], expected):
+                problems.append(f"{prefix or 'serving_default '}top_k_labels do not match the labels asset")
+    row["failures"] = problems + report_lib.failures(row, thresholds)
+    row["passed"] = not row["failures"]
+    return row
+
+
+def _compare(probs, reference, labels) -> Dict:
+    result = {
+        "max_abs_diff": float(np.max(np.abs(probs.astype(np.float64) - reference))),
+        "top1_agreement": float(np.mean(probs.argmax(1) == reference.argmax(1))),
+        "accuracy": None,
+        "accuracy_drop": None,
+    }
+    if labels is not None:
+        result["accuracy"] = float(np.mean(probs.argmax(1) == labels))
+        result["accuracy_drop"] = float(np.mean(reference.argmax(1) == labels)) - result["accuracy"]
+    return result
