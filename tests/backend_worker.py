@@ -1,0 +1,41 @@
+"""Run in a fresh process under KERAS_BACKEND=jax or torch by test_backends.py:
+loads the checkpoints and .keras files the TensorFlow side wrote, and writes
+back what it computed."""
+
+import json
+import sys
+
+import keras
+import numpy as np
+
+import keras_vit
+
+
+def main(job_path):
+    job = json.load(open(job_path))
+    results = {"backend": keras.backend.backend()}
+    images = np.load(job["images"])
+    for case in job["cases"]:
+        config = keras_vit.ViTConfig.from_dict(case["config"])
+        model = keras_vit.ViT(config, image_size=case["image_size"], num_classes=case["num_classes"],
+                              weights=case["npz"])
+        results[case["name"] + "/npz"] = keras.ops.convert_to_numpy(model(images[case["name"]])).tolist()
+        results[case["name"] + "/count"] = model.count_params()
+        restored = keras.models.load_model(case["keras_from_tf"])
+        results[case["name"] + "/keras_from_tf"] = keras.ops.convert_to_numpy(
+            restored(images[case["name"]])).tolist()
+        model.save(case["keras_out"])
+    # Fine-tuning the Keras way: a few steps of model.fit on a learnable toy task.
+    rng = np.random.default_rng(0)
+    x = rng.uniform(-1, 1, size=(64, 16, 16, 3)).astype("float32")
+    y = (x[:, :8].mean(axis=(1, 2, 3)) > x[:, 8:].mean(axis=(1, 2, 3))).astype("int32")
+    model = keras_vit.ViT(keras_vit.ViTConfig(patch_size=4, hidden_size=32, mlp_dim=64, num_heads=4, num_layers=2),
+                          image_size=16, num_classes=2)
+    model.compile(optimizer=keras.optimizers.Adam(1e-3), loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    history = model.fit(x, y, batch_size=16, epochs=8, verbose=0)
+    results["fit_loss"] = history.history["loss"]
+    json.dump(results, open(job["out"], "w"))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])
