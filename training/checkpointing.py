@@ -1,0 +1,139 @@
+"""Resumable checkpoints: model, optimizer, step and input position in one `.npz`.
+
+<workdir>/checkpoints/ckpt-00001000.npz holds every model variable (weights,
+dropout RNG state), every optimizer variable (moments, iteration count, loss
+scale), and a JSON "meta" entry: the step, the number of training examples
+consumed (the input position), and a fingerprint of everything that decides
+the variables' meaning (architecture, resolution, classes, optimizer, task,
+precision). A file is written to a temporary name and renamed, so a crash
+never leaves a half checkpoint; a workdir whose fingerprint differs is an
+error, never overwritten.
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import re
+import tempfile
+from typing import Optional, Tuple
+
+import numpy as np
+
+FORMAT = 1
+_NAME = re.compile(r"ckpt-(\d+)\.npz$")
+
+
+class IncompatibleCheckpointError(ValueError):
+    """The workdir holds checkpoints of a different run."""
+
+
+def _describe(variables):
+    return [[v.path, list(v.shape), str(np.dtype(v.dtype))] for v in variables]
+
+
+class CheckpointManager:
+    """Saves to and restores from `<workdir>/checkpoints`.
+
+    Args:
+        workdir: the run's directory.
+        fingerprint: JSON-able dict that must match for a resume.
+        write: whether this process writes (the chief does; every worker reads).
+        keep: how many recent checkpoints to keep.
+    """
+
+    def __init__(self, workdir: str, fingerprint: dict, write: bool = True, keep: int = 2):
+        self.directory = os.path.join(workdir, "checkpoints")
+        self.fingerprint = json.loads(json.dumps(fingerprint))
+        self.write = write
+        self.keep = keep
+
+    def steps(self):
+        found = []
+        for path in glob.glob(os.path.join(self.directory, "ckpt-*.npz")):
+            match = _NAME.search(os.path.basename(path))
+            if match:
+                found.append(int(match.group(1)))
+        return sorted(found)
+
+    def path(self, step: int) -> str:
+        return os.path.join(self.directory, f"ckpt-{step:08d}.npz")
+
+    def latest(self) -> Optional[str]:
+        steps = self.steps()
+        return self.path(steps[-1]) if steps else None
+
+    def save(self, step: int, examples_seen: int, model, optimizer) -> Optional[str]:
+        if not self.write:
+            return None
+        os.makedirs(self.directory, exist_ok=True)
+        meta = {
+            "format": FORMAT, "step": int(step), "examples_seen": int(examples_seen),
+            "fingerprint": self.fingerprint,
+            "model_variables": _describe(model.variables),
+            "optimizer_variables": _describe(optimizer.variables),
+        }
+        arrays = {"meta": np.array(json.dumps(meta))}
+        for i, v in enumerate(model.variables):
+            arrays[f"model/{i:05d}"] = np.asarray(v.numpy())
+        for i, v in enumerate(optimizer.variables):
+            arrays[f"optimizer/{i:05d}"] = np.asarray(v.numpy())
+        fd, tmp = tempfile.mkstemp(suffix=".tmp", dir=self.directory)
+        try:
+            with os.fdopen(fd, "wb") as f:
+                np.savez(f, **arrays)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, self.path(step))
+        except BaseException:
+            if os.path.exists(tmp):
+                os.remove(tmp)
+            raise
+        for old in self.steps()[:-self.keep]:
+            os.remove(self.path(old))
+        return self.path(step)
+
+    def read(self, path: str) -> Tuple[dict, dict]:
+        try:
+            with np.load(path, allow_pickle=False) as data:
+                arrays = {k: data[k] for k in data.files}
+            meta = json.loads(str(arrays.pop("meta")))
+        except Exception as error:  # noqa: BLE001 - any unreadable file gets the same advice
+            raise IncompatibleCheckpointError(
+                f"Cannot read checkpoint {path} ({type(error).__name__}: {error}). Delete it to resume "
+                f"from an earlier one, or use a new --workdir.") from error
+        return meta, arrays
+
+    def check(self, meta: dict, model, optimizer, path: str) -> None:
+        problems = []
+        if meta.get("format") != FORMAT:
+            problems.append(f"checkpoint format {meta.get('format')} (this trainer writes {FORMAT})")
+        saved = meta.get("fingerprint", {})
+        for key in sorted(set(saved) | set(self.fingerprint)):
+            if saved.get(key) != self.fingerprint.get(key):
+                problems.append(f"{key}: checkpoint {saved.get(key)!r}, this run {self.fingerprint.get(key)!r}")
+        if not problems:
+            for kind, variables in (("model", model.variables), ("optimizer", optimizer.variables)):
+                if meta[f"{kind}_variables"] != _describe(variables):
+                    problems.append(f"the {kind} variables differ in names, shapes or dtypes")
+        if problems:
+            raise IncompatibleCheckpointError(
+                f"The workdir {os.path.dirname(self.directory)!r} holds a checkpoint ({os.path.basename(path)}) "
+                f"of a different run, so it cannot be resumed and will not be overwritten:\n  - "
+                + "\n  - ".join(problems)
+                + "\nRe-run with the settings it was made with, or choose a new --workdir.")
+
+    def restore(self, model, optimizer) -> Optional[Tuple[int, int]]:
+        """Loads the latest checkpoint; returns (step, examples_seen), or None
+        when there is none. Raises IncompatibleCheckpointError on a mismatch."""
+        path = self.latest()
+        if path is None:
+            return None
+        meta, arrays = self.read(path)
+        self.check(meta, model, optimizer, path)
+        for i, v in enumerate(model.variables):
+            v.assign(arrays[f"model/{i:05d}"])
+        for i, v in enumerate(optimizer.variables):
+            v.assign(arrays[f"optimizer/{i:05d}"])
+        return meta["step"], meta["examples_seen"]

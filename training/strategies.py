@@ -1,0 +1,72 @@
+"""tf.distribute strategies by name.
+
+- "default": the no-op strategy (one device, whatever TF picks).
+- "one_device": the first GPU, else the CPU.
+- "mirrored": all local GPUs (or, without GPUs, all logical CPU devices).
+- "multi_worker": MultiWorkerMirroredStrategy over the cluster in TF_CONFIG.
+- "tpu": TPUStrategy through TPUClusterResolver(tpu=--tpu or the TPU_NAME
+  environment, "" = the local TPU VM); it connects, initialises the TPU
+  system, and the step runs without an inner jit (TPU compiles everything).
+- "auto": multi_worker if TF_CONFIG names more than one task, tpu if
+  --tpu/TPU_NAME is set, mirrored with more than one GPU, else one_device.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+import tensorflow as tf
+
+
+def _cluster_size():
+    try:
+        cluster = json.loads(os.environ.get("TF_CONFIG", "{}")).get("cluster", {})
+    except json.JSONDecodeError as error:
+        raise ValueError(f"TF_CONFIG is not valid JSON: {error}") from error
+    return sum(len(v) for v in cluster.values())
+
+
+def resolve_name(name: str, tpu=None) -> str:
+    if name != "auto":
+        return name
+    if _cluster_size() > 1:
+        return "multi_worker"
+    if tpu is not None or os.environ.get("TPU_NAME"):
+        return "tpu"
+    if len(tf.config.list_physical_devices("GPU")) > 1:
+        return "mirrored"
+    return "one_device"
+
+
+def make_strategy(name: str = "auto", tpu=None) -> tf.distribute.Strategy:
+    name = resolve_name(name, tpu)
+    if name == "default":
+        return tf.distribute.get_strategy()
+    if name == "one_device":
+        gpus = tf.config.list_logical_devices("GPU")
+        return tf.distribute.OneDeviceStrategy(gpus[0].name if gpus else "/cpu:0")
+    if name == "mirrored":
+        gpus = tf.config.list_logical_devices("GPU")
+        devices = [d.name for d in gpus] or [d.name for d in tf.config.list_logical_devices("CPU")]
+        return tf.distribute.MirroredStrategy(devices)
+    if name == "multi_worker":
+        if _cluster_size() < 1:
+            raise ValueError("strategy 'multi_worker' needs TF_CONFIG describing the cluster and this task.")
+        return tf.distribute.MultiWorkerMirroredStrategy()
+    if name == "tpu":
+        resolver = tf.distribute.cluster_resolver.TPUClusterResolver(tpu=tpu or os.environ.get("TPU_NAME", ""))
+        tf.config.experimental_connect_to_cluster(resolver)
+        tf.tpu.experimental.initialize_tpu_system(resolver)
+        return tf.distribute.TPUStrategy(resolver)
+    raise ValueError(f"Unknown strategy {name!r}.")
+
+
+def is_chief(strategy) -> bool:
+    """Whether this process writes checkpoints, logs and results."""
+    resolver = getattr(strategy, "cluster_resolver", None)
+    if resolver is None or not isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy):
+        return True
+    task_type, task_id = resolver.task_type, resolver.task_id
+    return task_type is None or task_type == "chief" or (task_type == "worker" and task_id == 0
+                                                          and "chief" not in resolver.cluster_spec().as_dict())

@@ -1,0 +1,70 @@
+"""Initial weights for a run: official checkpoints, `.keras` models, workdirs.
+
+An official name or `.npz` goes to keras_vit.load_weights. A `.keras` file (or
+a training workdir, meaning its model.keras) is read outside any strategy
+scope, the ViT inside it is found by type (it may be wrapped, e.g. by a
+masked-patch pre-training model), and its weights are transferred in the
+official key layout: the head is dropped (the new one starts at zero), the
+representation layer is dropped if the new model has none, and the position
+embedding is resized to the new grid.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from typing import Optional, Union
+
+import keras
+
+from keras_vit.checkpoints import checkpoint_params, load_weights
+from keras_vit.config import ViTConfig
+from keras_vit.model import ViT
+
+
+@dataclasses.dataclass
+class InitialWeights:
+    """What `--weights` resolved to: something keras_vit.load_weights takes
+    (a name, a path, or a params dict) and, for a Keras source, its architecture."""
+
+    weights: Union[str, dict]
+    source_config: Optional[ViTConfig] = None
+    num_channels: int = 3
+    description: str = ""
+
+
+def find_vit(model) -> ViT:
+    """The ViT in `model`: the model itself or the first nested ViT layer."""
+    if isinstance(model, ViT):
+        return model
+    for layer in getattr(model, "layers", []):
+        try:
+            return find_vit(layer)
+        except ValueError:
+            continue
+    raise ValueError(f"{model.name} contains no keras_vit.ViT to take encoder weights from.")
+
+
+def resolve_weights(weights: Optional[str]) -> Optional[InitialWeights]:
+    if weights is None:
+        return None
+    path = os.fspath(weights)
+    if os.path.isdir(path):
+        model_path = os.path.join(path, "model.keras")
+        if not os.path.exists(model_path):
+            raise ValueError(f"--weights {path!r} is a directory without model.keras "
+                             f"(is it a finished training workdir?).")
+        path = model_path
+    if path.endswith(".keras"):
+        if not os.path.exists(path):
+            raise ValueError(f"--weights {path!r} does not exist.")
+        source = find_vit(keras.models.load_model(path, compile=False))
+        params = checkpoint_params(source)
+        params.pop("head/kernel", None)
+        params.pop("head/bias", None)
+        return InitialWeights(params, source.config, source.num_channels, f"encoder of {path}")
+    return InitialWeights(path, None, 3, path)
+
+
+def apply_weights(model, initial: InitialWeights) -> None:
+    load_weights(model, initial.weights)
