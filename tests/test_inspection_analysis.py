@@ -13,6 +13,7 @@ from keras_vit.inspection import (
     patch_distances,
     patch_map,
     pca,
+    uniform_attention_distance,
 )
 
 
@@ -47,6 +48,7 @@ def test_uniform_attention_gives_the_mean_pairwise_distance(prefix):
     # Without the class token, uniform attention is uniform over the n patches.
     expected = brute_force_mean_distance(rows, cols, patch, lambda q, k: 1.0 / n)
     np.testing.assert_allclose(got, expected, rtol=1e-12)
+    assert uniform_attention_distance((rows, cols), patch) == pytest.approx(expected, rel=1e-12)
     # A value worked out by hand for a 1x2 grid of 10-pixel patches: each query
     # pays 1/2 to itself (0 px) and 1/2 to its neighbour (10 px).
     assert attention_distance(np.full((2, 2), 0.5), (1, 2), 10, prefix_tokens=0) == pytest.approx(5.0)

@@ -19,6 +19,7 @@ from keras_vit.inspection.analysis import (
     patch_distances,
     pca,
     position_embedding_similarity,
+    uniform_attention_distance,
 )
 from keras_vit.inspection.attention import (
     attention_rollout,
@@ -46,4 +47,5 @@ __all__ = [
     "load_images", "load_model", "make_figures", "mean_attention_distance", "model_inputs", "num_prefix_tokens",
     "patch_distances", "patch_map", "pca", "plots", "position_embedding_similarity", "predict_files",
     "predict_probabilities", "read_labels_file", "rollout_maps", "to_model_pixels",
+    "uniform_attention_distance",
 ]

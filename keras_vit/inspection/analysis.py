@@ -108,6 +108,11 @@ def attention_distance(probabilities, grid_size, patch_pixels, prefix_tokens=1):
     return (a * d).sum(axis=-1).mean(axis=-1)
 
 
+def uniform_attention_distance(grid_size, patch_pixels):
+    """The mean attention distance of a head that attends to every patch equally (a reference)."""
+    return float(patch_distances(grid_size, patch_pixels).mean())
+
+
 def mean_attention_distance(model, images, batch_size=16):
     """Mean attention distance per layer and head over a set of images (Figure 7, right).
 

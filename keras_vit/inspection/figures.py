@@ -29,6 +29,7 @@ def make_figures(model, images, out_dir, labels=None, num_overlays=4, batch_size
                                  features, not pixels)
         position_similarity.png  cosine similarity between position embeddings
         attention_distance.png   mean attention distance per head vs depth, over all images
+                                 (dashed: the distance of uniform attention)
     """
     os.makedirs(out_dir, exist_ok=True)
     pixels = to_model_pixels(images, model.image_size, model.num_channels)
@@ -54,7 +55,8 @@ def make_figures(model, images, out_dir, labels=None, num_overlays=4, batch_size
         analysis.position_embedding_similarity(model), os.path.join(out_dir, "position_similarity.png"), dpi=dpi)
     distances = analysis.mean_attention_distance(model, pixels, batch_size=batch_size)
     paths["attention_distance"] = plots.plot_attention_distance(
-        distances, os.path.join(out_dir, "attention_distance.png"), dpi=dpi)
+        distances, os.path.join(out_dir, "attention_distance.png"),
+        uniform=analysis.uniform_attention_distance(model.grid_size, model.config.total_stride), dpi=dpi)
     return paths
 
 

@@ -190,11 +190,13 @@ def plot_position_similarity(similarity, path, figsize=None, dpi=100):
     return _save(fig, path, dpi)
 
 
-def plot_attention_distance(distances, path, figsize=(5.0, 4.0), dpi=100):
+def plot_attention_distance(distances, path, uniform=None, figsize=(5.0, 4.0), dpi=100):
     """Mean attention distance of every head against depth (Figure 7, right).
 
     Args:
         distances: (layers, heads) in pixels, from `analysis.mean_attention_distance`.
+        uniform: optional reference drawn as a dashed line, e.g. the distance
+            of uniform attention (`analysis.uniform_attention_distance`).
     """
     plt = _pyplot()
     distances = np.asarray(distances)
@@ -205,11 +207,13 @@ def plot_attention_distance(distances, path, figsize=(5.0, 4.0), dpi=100):
     for head in range(heads):
         ax.scatter(depth, distances[:, head], s=14, color=colours(head % colours.N),
                    label=f"Head {head + 1}" if heads <= 16 else None)
+    if uniform is not None:
+        ax.axhline(uniform, color="gray", linestyle="--", linewidth=1, label="uniform attention")
     ax.set_xlabel("Network depth (layer)")
     ax.set_ylabel("Mean attention distance (pixels)")
     ax.set_xticks(depth)
     ax.set_xlim(0.5, layers + 0.5)
-    ax.set_ylim(0, max(1.0, float(distances.max()) * 1.15))
+    ax.set_ylim(0, max(1.0, float(distances.max()) * 1.15, (uniform or 0) * 1.15))
     ax.grid(alpha=0.3)
     if heads <= 16:
         ax.legend(fontsize=6, ncol=2 if heads > 6 else 1, loc="lower right", frameon=False)
