@@ -144,10 +144,12 @@ class ViT(keras.Model):
         self.classifier_activation = classifier_activation
         self.num_channels = int(num_channels)
         # Named handles for porting, inspection and export (never list positions).
+        self.preprocessing = preprocessing
         self.resnet = resnet
         self.patch_embedding = patch_embedding
         self.class_token = class_token
         self.position_embedding = position_embedding
+        self.embedding_dropout = embedding_dropout
         self.encoder = encoder
         self.pooling = pooling
         self.pre_logits = pre_logits
@@ -157,6 +159,18 @@ class ViT(keras.Model):
             from keras_vit.checkpoints import load_weights
 
             load_weights(self, weights)
+
+    def embed(self, images, training=False):
+        """Images -> the token sequence the encoder sees (B, T, D), through
+        the model's own layers (preprocessing, ResNet, patches, class token,
+        position embedding, dropout)."""
+        x = self.preprocessing(images) if self.preprocessing is not None else images
+        if self.resnet is not None:
+            x = self.resnet(x)  # (B, H/s, W/s, C)
+        x = self.patch_embedding(x)  # (B, N, D)
+        if self.class_token is not None:
+            x = self.class_token(x)  # (B, N + 1, D)
+        return self.embedding_dropout(self.position_embedding(x), training=training)
 
     @property
     def grid_size(self):

@@ -195,3 +195,12 @@ def test_weights_name_without_checkpoint_for_variant():
 def test_unknown_weights():
     with pytest.raises(ValueError, match="neither an existing file nor a known checkpoint name"):
         keras_vit.ViT(tiny_config(), image_size=16, weights="imagenet42")
+
+
+def test_embed_then_encoder_is_the_model(rng):
+    model = keras_vit.ViT(tiny_hybrid_config(), image_size=32, include_top=False, include_preprocessing=True)
+    pixels = rng.uniform(0, 255, size=(2, 32, 32, 3)).astype("float32")
+    tokens = model.embed(pixels)
+    assert tokens.shape == (2, 17, 32)
+    np.testing.assert_allclose(np.asarray(model.pooling(model.encoder(tokens))), np.asarray(model(pixels)),
+                               rtol=1e-5, atol=1e-5)

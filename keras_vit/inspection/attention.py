@@ -26,15 +26,7 @@ def num_prefix_tokens(model):
 
 def embed(model, x):
     """Model inputs -> the token sequence the encoder sees (B, T, D), through the model's layers."""
-    if model.include_preprocessing:
-        x = model.get_layer("preprocessing")(x)
-    if model.resnet is not None:
-        x = model.resnet(x, training=False)  # (B, H/s, W/s, C)
-    x = model.patch_embedding(x)  # (B, N, D)
-    if model.class_token is not None:
-        x = model.class_token(x)  # (B, N + 1, D)
-    x = model.position_embedding(x)
-    return model.get_layer("embedding_dropout")(x, training=False)
+    return model.embed(x, training=False)
 
 
 def encoder_attention(model, images, batch_size=16):
