@@ -42,7 +42,7 @@ KINDS = {
 }
 FLATBUFFER_LIMIT = 2 * 1024**3  # TFLite models are single flatbuffers (< 2 GiB).
 SENSITIVE_OPS = ["SOFTMAX", "MEAN", "SQUARED_DIFFERENCE", "RSQRT"]
-DEBUGGER_SHARES = (0.05, 0.1, 0.2, 0.4)
+DEBUGGER_SHARES = (0.05, 0.1, 0.2, 0.4, 0.6)
 # Element-wise and data-movement ops: kept in float when only the matmuls
 # (nearly all weights and FLOPs) are worth quantising.
 FLOAT_EXCEPT_MATMULS = ["ADD", "SUB", "MUL", "NEG", "GELU", "TANH", "POW", "LOGISTIC", "CONCATENATION",
