@@ -92,7 +92,7 @@ def _check_model(model):
     if len(shape) != 4 or any(d is None for d in shape[1:]):
         raise ValueError(f"Export needs a fixed input size (batch, height, width, channels); {model.name} takes "
                          f"{shape}.")
-    if len(model.outputs[0].shape) != 2:
+    if len(model.outputs[0].shape) != 2 or getattr(model, "include_top", True) is False:
         raise ValueError(f"Export needs class scores (batch, classes); {model.name} returns "
                          f"{tuple(model.outputs[0].shape)} (was it built with include_top=False?).")
 
