@@ -61,10 +61,8 @@ def write(model, labels, path, top_k=5):
 
     def decode(encoded):
         image = tf.io.decode_image(encoded, channels=channels, expand_animations=False)  # (h, w, C) uint8
-        image = tf.cast(image, tf.float32)
-        same_size = tf.logical_and(tf.shape(image)[0] == height, tf.shape(image)[1] == width)
-        return tf.cond(same_size, lambda: tf.ensure_shape(image, (height, width, channels)),
-                       lambda: tf.image.resize(image, (height, width), antialias=True))
+        # Antialiased bilinear; exactly the identity when the size already matches.
+        return tf.image.resize(tf.cast(image, tf.float32), (height, width), antialias=True)
 
     def classify_bytes(image_bytes):
         images = tf.map_fn(decode, image_bytes,

@@ -126,13 +126,14 @@ def test_saved_model_layout_signatures_and_corrupt_bytes(exported):
     assert loaded.signatures["serving_bytes"](image_bytes=tf.stack([jpeg]))["probabilities"].shape == (1, 10)
 
 
-def test_saved_model_cli_run(exported):
+def test_saved_model_cli_run(exported, tmp_path):
     report, out, validation = exported
+    np.save(tmp_path / "x.npy", np.full((2, 28, 28, 1), 255.0, dtype=np.float32))
     path = next(a["path"] for a in report["artifacts"] if a["format"] == "saved_model")
     cli = os.path.join(os.path.dirname(sys.executable), "saved_model_cli")
     done = subprocess.run(
         [cli, "run", "--dir", path, "--tag_set", "serve", "--signature_def", "serving_default",
-         "--input_exprs", "images=np.full((2, 28, 28, 1), 255.0, dtype=np.float32)"],
+         "--inputs", f"images={tmp_path / 'x.npy'}"],
         capture_output=True, text=True, timeout=300, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
     assert done.returncode == 0, done.stderr[-2000:]
     assert "probabilities" in done.stdout and "top_k_labels" in done.stdout and "digit" in done.stdout
