@@ -9,8 +9,9 @@ STAMP := $(VENV)/.installed
 $(STAMP): setup.cfg pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	# torch==2.13.0 (CPU) is the independent reference for the fidelity tests.
-	$(PY) -m pip install --quiet -e ".[test,reference,backends]"
+	# torch==2.13.0 (CPU) is the independent reference for the fidelity tests;
+	# JAX for the backend tests; tf2onnx + onnxruntime for the ONNX export tests.
+	$(PY) -m pip install --quiet -e ".[test,reference,backends,onnx]"
 	touch $(STAMP)
 
 install: $(STAMP)
