@@ -164,17 +164,18 @@ def test_recipe_has_the_papers_defaults_and_takes_overrides():
 
 # --- a real run -------------------------------------------------------------------
 
-MNIST_STEPS = 300
+MNIST_STEPS = 1000
 
 
 @pytest.fixture(scope="module")
 def mnist_run(tmp_path_factory):
+    # 7x7 patches (16 tokens) keep a step cheap; ~40 s of training on one CPU core.
     workdir = str(tmp_path_factory.mktemp("mpp"))
     config = TrainConfig.create(
-        mpp.MASKED_PATCH, model=tiny_config(hidden_size=64, mlp_dim=128), dataset="mnist5k", workdir=workdir,
-        steps=MNIST_STEPS, batch_size=64, learning_rate=2e-3, warmup_steps=30, image_size=None,
-        train_augment="none", classifier="gap", checkpoint_every=10**6, log_every=50,
-        fewshot_shots=(5, 25), progress=False)
+        mpp.MASKED_PATCH, model=tiny_config(patch_size=7, hidden_size=64, mlp_dim=128), dataset="mnist5k",
+        workdir=workdir, steps=MNIST_STEPS, batch_size=64, learning_rate=3e-3, warmup_steps=100, image_size=None,
+        train_augment="none", classifier="gap", checkpoint_every=10**6, log_every=100, eval_batch_size=500,
+        fewshot_shots=(5, 25), fewshot_pool=1000, progress=False)
     task = mpp.MaskedPatchTask()
     return config, mpp.pretrain(config, task), task
 
@@ -189,8 +190,9 @@ def test_short_mnist_run_gives_better_few_shot_features_than_random_init(mnist_r
     # The objective was learned: better than always predicting the commonest level.
     assert results["eval"]["accuracy"] > 0.5
     pretrained, random_init = results["fewshot"], results["fewshot_random_init"]
-    assert pretrained["25shot"] > random_init["25shot"] + 0.05, (pretrained, random_init)
-    assert pretrained["5shot"] > random_init["5shot"], (pretrained, random_init)
+    # Seen: 5-shot 0.39 vs 0.29, 25-shot 0.52 vs 0.45 (1,000 test digits).
+    gains = [pretrained[k] - random_init[k] for k in ("5shot", "25shot")]
+    assert min(gains) > 0.03 and np.mean(gains) > 0.05, (pretrained, random_init)
 
 
 def test_exported_model_is_a_vit_whose_encoder_loads_for_fine_tuning(mnist_run):
