@@ -27,7 +27,7 @@ from keras_vit.config import ViTConfig
 
 OPTIMIZERS = ("sgd", "adam", "adamw")
 SCHEDULES = ("cosine", "linear", "constant")
-AUGMENTATIONS = ("inception_crop_flip", "inception_crop", "flip", "translate", "none")
+AUGMENTATIONS = ("inception_crop_flip", "inception_crop", "flip", "affine", "translate", "none")
 PRECISIONS = ("float32", "mixed_bfloat16", "mixed_float16")
 STRATEGIES = ("auto", "default", "one_device", "mirrored", "multi_worker", "tpu")
 
@@ -61,7 +61,9 @@ class Recipe:
             None disables clipping.
         label_smoothing: of the softmax cross-entropy.
         train_augment: "inception_crop_flip", "inception_crop", "flip",
-            "translate" (pad by 1/8 of the side, random crop back) or "none".
+            "affine" (rotation up to 15 degrees, zoom 1 +- 0.15, shift up to
+            1/8 of the side), "translate" (mirror-pad by 1/8 of the side,
+            random crop back) or "none".
             Evaluation always resizes only.
         image_size: training resolution; None keeps the dataset's own size.
         representation_layer: keep the pre-logits layer (Dense(D) + tanh) of
@@ -219,9 +221,9 @@ class TrainConfig:
     @classmethod
     def create(cls, recipe: Union[str, Recipe] = "finetune", **overrides) -> "TrainConfig":
         """A config from a recipe plus overrides of any Recipe or TrainConfig field."""
-        base = RECIPES[recipe] if isinstance(recipe, str) else recipe
         if isinstance(recipe, str) and recipe not in RECIPES:
             raise ValueError(f"Unknown recipe {recipe!r}; known recipes: {sorted(RECIPES)}.")
+        base = RECIPES[recipe] if isinstance(recipe, str) else recipe
         recipe_changes = {k: overrides.pop(k) for k in list(overrides) if k in RECIPE_FIELDS}
         unknown = set(overrides) - {f.name for f in dataclasses.fields(cls)}
         if unknown:

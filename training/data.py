@@ -91,12 +91,18 @@ def _mnist5k_source(config) -> Source:
 
 
 def _decode_bytes(channels):
+    @tf.autograph.experimental.do_not_convert
     def decode(raw):
         encoded, label = raw
         image = tf.io.decode_image(encoded, channels=channels, expand_animations=False)
         return image, tf.cast(label, tf.int32)
 
     return decode
+
+
+@tf.autograph.experimental.do_not_convert
+def _read_file(path, label):
+    return tf.io.read_file(path), label
 
 
 def _folder_source(config, root) -> Source:
@@ -131,7 +137,7 @@ def _folder_source(config, root) -> Source:
     def examples(split, index, count):
         paths, labels = splits[split]
         ds = tf.data.Dataset.from_tensor_slices((paths[index::count], labels[index::count]))
-        return ds.map(lambda p, l: (tf.io.read_file(p), l))
+        return ds.map(_read_file)
 
     return Source(
         name=f"folder:{root}", num_classes=len(classes), num_channels=3, image_size=None,
@@ -244,6 +250,23 @@ def _inception_crop(image, size, seed):
     return tf.image.resize(tf.slice(image, begin, crop_size), size)
 
 
+def _random_affine(image, seed, max_degrees=15.0, max_scale=0.15, max_shift=0.125):
+    """Rotation, zoom and shift drawn from `seed`; edges extend outwards."""
+    height, width = image.shape[0], image.shape[1]
+    u = tf.random.stateless_uniform([4], seed, -1.0, 1.0)
+    angle = u[0] * max_degrees * math.pi / 180.0
+    scale = 1.0 + u[1] * max_scale
+    tx, ty = u[2] * max_shift * width, u[3] * max_shift * height
+    cos, sin = tf.cos(angle) / scale, tf.sin(angle) / scale
+    cx, cy = (width - 1) / 2.0, (height - 1) / 2.0
+    # The map from output to input pixel: rotate/zoom about the centre, then shift.
+    transform = tf.stack([cos, sin, cx - cos * (cx + tx) - sin * (cy + ty),
+                          -sin, cos, cy + sin * (cx + tx) - cos * (cy + ty), 0.0, 0.0])
+    return tf.raw_ops.ImageProjectiveTransformV3(
+        images=image[None], transforms=transform[None], output_shape=[height, width], fill_value=0.0,
+        interpolation="BILINEAR", fill_mode="NEAREST")[0]
+
+
 def augment(image, size, kind, seed):
     """Training augmentation of a float image in 0..255 -> (size, size, C)."""
     seeds = tf.random.experimental.stateless_split(seed, 2)
@@ -251,6 +274,8 @@ def augment(image, size, kind, seed):
         image = _inception_crop(image, size, seeds[0])
     else:
         image = tf.image.resize(image, size)
+    if kind == "affine":
+        image = _random_affine(image, seeds[0])
     if kind == "translate":
         # Shift by up to 1/8 of the side: mirror-pad, then crop back at random.
         pad = max(1, size[0] // 8)
@@ -288,9 +313,11 @@ def train_dataset(source: Source, pipeline: Pipeline, config, context: tf.distri
     buffer = max(1, min(config.shuffle_buffer, shard_size or config.shuffle_buffer))
     seed = config.seed * 1_000_003 + index
 
+    @tf.autograph.experimental.do_not_convert
     def epoch(e):
         # Shuffle blocks of `buffer` examples with a stateless permutation
         # seeded by (seed, epoch, block): tf.data's shuffle takes no tensor seed.
+        @tf.autograph.experimental.do_not_convert
         def shuffle_block(block_index, block):
             order = tf.random.experimental.stateless_shuffle(
                 tf.range(tf.shape(tf.nest.flatten(block)[0])[0]),
@@ -302,6 +329,7 @@ def train_dataset(source: Source, pipeline: Pipeline, config, context: tf.distri
     ds = tf.data.Dataset.range(start_epoch, 2**40).flat_map(epoch).skip(offset).enumerate(start)
     size, kind = pipeline.image_size, config.recipe.train_augment
 
+    @tf.autograph.experimental.do_not_convert
     def prepare(i, raw_example):
         image, label = source.decode(raw_example)
         image = _match_channels(tf.cast(image, tf.float32), pipeline.num_channels)
@@ -329,6 +357,7 @@ def eval_dataset(source: Source, pipeline: Pipeline, global_batch: int, num_step
     per_pipeline = num_steps * global_batch // count
     size = pipeline.image_size
 
+    @tf.autograph.experimental.do_not_convert
     def prepare(*raw_example):
         image, label = source.decode(raw_example)
         image = _match_channels(tf.cast(image, tf.float32), pipeline.num_channels)
@@ -356,6 +385,7 @@ def plain_dataset(source: Source, pipeline: Pipeline, split: str, batch_size: in
     """The first `limit` examples of a split, resized only, in fixed order (one process)."""
     size = pipeline.image_size
 
+    @tf.autograph.experimental.do_not_convert
     def prepare(*raw_example):
         image, label = source.decode(raw_example)
         image = _match_channels(tf.cast(image, tf.float32), pipeline.num_channels)

@@ -95,15 +95,17 @@ class _SigtermFlag:
 
 
 def train(config: TrainConfig, task: Optional[Task] = None,
-          callbacks: Iterable[Callable[[int, dict], None]] = ()) -> dict:
+          callbacks: Iterable = ()) -> dict:
     """Trains (or resumes) the run described by `config`; returns results.json's dict.
 
     Args:
         config: a TrainConfig (see TrainConfig.create and demo_config).
         task: what is learned (default: config.task from TASKS, i.e. image
             classification); see keras_vit.training.tasks.Task.
-        callbacks: called as callback(step, logs) after every optimizer step
-            on every worker (logs: loss, accuracy, lr, grad_norm).
+        callbacks: each a callable `callback(step, logs)`, called after every
+            optimizer step on every worker (logs: loss, accuracy, lr,
+            grad_norm), or an object with `on_step_end(step, logs)` and/or
+            `on_train_end(model, results)` methods.
     Raises:
         NonFiniteLossError: the loss became NaN/inf (the last good checkpoint is kept).
         IncompatibleCheckpointError: the workdir holds another run's checkpoints.
@@ -200,8 +202,7 @@ def train(config: TrainConfig, task: Optional[Task] = None,
             else:
                 timer_images += recipe.batch_size
             images_per_sec = timer_images / max(1e-9, time.time() - timer_start)
-            for callback in callbacks:
-                callback(step, logs)
+            _notify(callbacks, "on_step_end", step, logs)
             interrupted = float(stop) > 0
             if step % config.checkpoint_every == 0 or step == recipe.steps or interrupted:
                 _save(manager, step, examples_seen, model, optimizer)
@@ -256,7 +257,17 @@ def train(config: TrainConfig, task: Optional[Task] = None,
     results["wall_time_s"] = time.time() - started
     if writer:
         writer.flush()
+    _notify(callbacks, "on_train_end", model, results)
     return results
+
+
+def _notify(callbacks, event, *args):
+    for callback in callbacks:
+        method = getattr(callback, event, None)
+        if method is None and event == "on_step_end" and callable(callback):
+            method = callback
+        if method is not None:
+            method(*args)
 
 
 class _Steps:
@@ -272,10 +283,11 @@ class _Steps:
         self.clip_norm = config.recipe.grad_clip_norm
         self.loss_scaling = isinstance(optimizer, keras.optimizers.LossScaleOptimizer)
         jit = config.jit_compile and not isinstance(strategy, tf.distribute.TPUStrategy)
-        self.local_gradients = tf.function(self._local_gradients, jit_compile=jit)
-        self.local_eval = tf.function(self._local_eval, jit_compile=jit)
-        self.train_step = tf.function(self._train_step)
-        self.eval_step = tf.function(self._eval_step)
+        # No autograph: the steps are plain TF, and converting Keras' code costs seconds.
+        self.local_gradients = tf.function(self._local_gradients, jit_compile=jit, autograph=False)
+        self.local_eval = tf.function(self._local_eval, jit_compile=jit, autograph=False)
+        self.train_step = tf.function(self._train_step, autograph=False)
+        self.eval_step = tf.function(self._eval_step, autograph=False)
 
     def _micro_step(self, batch):
         variables = self.model.trainable_variables
@@ -297,10 +309,13 @@ class _Steps:
         micro = tf.nest.map_structure(
             lambda t: tf.reshape(t, [self.accum_steps, -1] + t.shape[1:].as_list()), batch)
         grads, sums = self._micro_step(tf.nest.map_structure(lambda t: t[0], micro))
-        for i in tf.range(1, self.accum_steps):
+
+        def body(i, grads, sums):
             more_grads, more_sums = self._micro_step(tf.nest.map_structure(lambda t: t[i], micro))
-            grads = [a + b for a, b in zip(grads, more_grads)]
-            sums = {k: sums[k] + more_sums[k] for k in sums}
+            return (i + 1, [a + b for a, b in zip(grads, more_grads)],
+                    {k: sums[k] + more_sums[k] for k in sums})
+
+        _, grads, sums = tf.while_loop(lambda i, *_: i < self.accum_steps, body, (tf.constant(1), grads, sums))
         return grads, sums
 
     def _replica_step(self, batch, stop):
@@ -317,7 +332,7 @@ class _Steps:
             norm = tf.linalg.global_norm(grads)
         # optimizer.apply sums over replicas again (and unscales under loss scaling).
         self.optimizer.apply([g * (scale / replicas) for g in grads], self.model.trainable_variables)
-        return sums, stop, norm
+        return sums, tf.identity(stop), norm
 
     def _train_step(self, iterator, stop):
         batch = next(iterator)
@@ -334,7 +349,9 @@ class _Steps:
         return sums
 
     def _eval_step(self, iterator):
-        sums = self.strategy.run(self.local_eval, args=(next(iterator),))
+        # Called through a Python function: a jit-compiled function handed to
+        # strategy.run directly is placed on the first device only.
+        sums = self.strategy.run(lambda batch: self.local_eval(batch), args=(next(iterator),))
         return {k: self.strategy.reduce(tf.distribute.ReduceOp.SUM, v, axis=None) for k, v in sums.items()}
 
 

@@ -1,0 +1,100 @@
+"""tf.distribute in fresh processes: mirrored on 2 logical CPUs, 2-process
+multi-worker on localhost, and kill -9 + resume under op determinism."""
+
+import json
+import os
+import socket
+import subprocess
+import sys
+
+import numpy as np
+
+from tests.training_helpers import checkpoint_arrays
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TIMEOUT = 240
+
+
+def _launch(spec, env=None):
+    return subprocess.Popen(
+        [sys.executable, "-m", "tests.training_worker", json.dumps(spec)], cwd=ROOT,
+        env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", **(env or {})},
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def _finish(process, expect_rc=0):
+    try:
+        out, err = process.communicate(timeout=TIMEOUT)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        out, err = process.communicate()
+        raise AssertionError(f"worker timed out after {TIMEOUT}s\n{err[-3000:]}")
+    assert process.returncode == expect_rc, f"rc {process.returncode}\n{out[-2000:]}\n{err[-5000:]}"
+    lines = [line for line in out.splitlines() if line.startswith("RESULT ")]
+    return json.loads(lines[-1][len("RESULT "):]) if lines else None
+
+
+def _free_ports(n):
+    sockets = [socket.socket() for _ in range(n)]
+    for s in sockets:
+        s.bind(("127.0.0.1", 0))
+    ports = [s.getsockname()[1] for s in sockets]
+    for s in sockets:
+        s.close()
+    return ports
+
+
+def test_mirrored_on_two_devices_equals_one_device(tmp_path):
+    # XLA-compiled per-replica step, global batch 16 = 2 replicas x 8.
+    result = _finish(_launch({"workdir": str(tmp_path), "logical_cpus": 2, "mirrored_vs_one_device": True,
+                              "overrides": {"steps": 3, "batch_size": 16, "jit_compile": True}}))
+    assert result["replicas"] == {"one_device": 1, "mirrored": 2}
+    assert result["max_weight_difference"] < 1e-5 * max(1.0, result["max_weight"]), result
+    np.testing.assert_allclose(result["losses"]["one_device"], result["losses"]["mirrored"], rtol=1e-5)
+    assert abs(result["eval_loss"]["one_device"] - result["eval_loss"]["mirrored"]) < 1e-4
+
+
+def test_two_worker_cluster_on_localhost_trains_and_agrees(tmp_path):
+    ports = _free_ports(2)
+    cluster = {"worker": [f"127.0.0.1:{p}" for p in ports]}
+    workers = []
+    for index in range(2):
+        tf_config = json.dumps({"cluster": cluster, "task": {"type": "worker", "index": index}})
+        workers.append(_launch({
+            "workdir": str(tmp_path / "run"), "weights_out": str(tmp_path / f"worker{index}.npz"),
+            "overrides": {"strategy": "multi_worker", "steps": 30, "batch_size": 32, "learning_rate": 1e-2,
+                          "checkpoint_every": 10}}, env={"TF_CONFIG": tf_config}))
+    results = [_finish(w) for w in workers]
+    assert [r["replicas"] for r in results] == [2, 2]
+    assert results[0]["losses"] == results[1]["losses"]  # the all-reduced loss
+    assert np.mean(results[0]["losses"][-5:]) < np.mean(results[0]["losses"][:5]) - 0.1, results[0]["losses"]
+    assert results[0]["eval"] == results[1]["eval"]  # each evaluates its shard; the sums are all-reduced
+    assert results[0]["eval"]["num_examples"] == 1000 and results[0]["eval"]["accuracy"] > 0.15  # chance: 0.1
+    with np.load(tmp_path / "worker0.npz") as a, np.load(tmp_path / "worker1.npz") as b:
+        assert len(a.files) == len(b.files) > 0
+        for key in a.files:
+            np.testing.assert_array_equal(a[key], b[key])
+    # Only the chief (worker 0) writes.
+    assert (tmp_path / "run" / "model.keras").exists() and (tmp_path / "run" / "results.json").exists()
+    assert sorted(p.name for p in (tmp_path / "run" / "checkpoints").iterdir()) == [
+        "ckpt-00000020.npz", "ckpt-00000030.npz"]
+
+
+def test_kill_9_and_resume_equals_an_uninterrupted_run(tmp_path):
+    # Dropout and random translations: the RNG state and the input position must resume too.
+    overrides = {"steps": 8, "checkpoint_every": 3, "deterministic": True, "batch_size": 16,
+                 "dropout_rate": 0.1, "train_augment": "translate", "learning_rate": 3e-3}
+    killed = _launch({"workdir": str(tmp_path / "resumed"), "kill_at": 5, "overrides": overrides})
+    straight = _launch({"workdir": str(tmp_path / "straight"), "overrides": overrides})
+    assert _finish(killed, expect_rc=-9) is None
+    assert sorted(p.name for p in (tmp_path / "resumed" / "checkpoints").iterdir()) == ["ckpt-00000003.npz"]
+    resumed = _finish(_launch({"workdir": str(tmp_path / "resumed"), "overrides": overrides}))
+    straight = _finish(straight)
+    assert resumed["steps"] == 8 and resumed["steps_this_session"] == 5
+    assert resumed["losses"] == straight["losses"][3:]
+    a = checkpoint_arrays(tmp_path / "resumed" / "checkpoints" / "ckpt-00000008.npz")
+    b = checkpoint_arrays(tmp_path / "straight" / "checkpoints" / "ckpt-00000008.npz")
+    assert a.keys() == b.keys()
+    for key in a:  # model weights, dropout RNG, optimizer moments and step
+        np.testing.assert_array_equal(a[key], b[key], err_msg=key)
+    assert resumed["eval"] == straight["eval"]

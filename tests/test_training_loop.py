@@ -1,0 +1,111 @@
+"""The training loop in this process: learning, accumulation, NaN, workdir
+compatibility, SIGTERM, weight transfer (multi-device tests: test_training_distributed.py)."""
+
+import json
+import os
+import signal
+
+import numpy as np
+import pytest
+
+from keras_vit import training
+from tests.training_helpers import TINY, checkpoint_arrays, tiny_config, weights_of
+
+
+@pytest.fixture(scope="module")
+def learned(tmp_path_factory):
+    """A short real run on the MNIST digits (shared by the tests below)."""
+    workdir = tmp_path_factory.mktemp("mnist")
+    config = tiny_config(workdir, model=TINY.replace(hidden_size=32, mlp_dim=64), steps=200, batch_size=64,
+                         learning_rate=3e-3, warmup_steps=10, eval_every=100, classifier="token", fewshot_shots=(1, 5),
+                         log_every=10)
+    return workdir, training.train(config)
+
+
+def test_mnist_digits_learn(learned):
+    workdir, results = learned
+    # 10 balanced classes: chance is 0.1.
+    assert results["eval"]["accuracy"] > 0.5, results["eval"]
+    assert results["eval"]["num_examples"] == 1000
+    assert results["eval"]["top5"] >= results["eval"]["accuracy"]
+    assert [e["step"] for e in results["eval_history"]] == [100]
+    assert results["steps"] == 200 and results["images_per_sec"] > 0
+    assert set(results["fewshot"]) == {"1shot", "5shot"}
+    assert all(0.1 < acc <= 1.0 for acc in results["fewshot"].values())
+    on_disk = json.loads((workdir / "results.json").read_text())
+    assert on_disk["eval"] == results["eval"]
+    assert on_disk["config"]["recipe"]["name"] == "scratch"
+    assert training.TrainConfig.from_dict(on_disk["config"]).recipe.steps == 200
+    assert any((workdir / "tensorboard").iterdir())
+
+
+def test_model_keras_reproduces_the_eval_accuracy(learned):
+    import keras
+
+    from keras_vit.training.data import load_mnist5k
+
+    workdir, results = learned
+    model = keras.models.load_model(workdir / "model.keras", compile=False)
+    _, (images, labels) = load_mnist5k()
+    logits = model.predict(images.astype("float32") / 127.5 - 1.0, batch_size=500, verbose=0)
+    assert np.mean(np.argmax(logits, -1) == labels) == pytest.approx(results["eval"]["accuracy"], abs=1e-3)
+
+
+def test_weights_from_a_workdir_transfer_the_encoder(learned, tmp_path):
+    workdir, _ = learned
+    source = {w.path: w.numpy() for w in __import__("keras").models.load_model(workdir / "model.keras").weights}
+    results = training.train(tiny_config(tmp_path / "ft", model=None, weights=str(workdir), steps=0))
+    import keras
+
+    model = keras.models.load_model(results["model_path"])
+    target = {w.path: w.numpy() for w in model.weights}
+    encoder = [p for p in source if not p.startswith("head")]
+    assert encoder and all(np.array_equal(source[p], target[p]) for p in encoder)
+    assert not np.any(target["head/kernel"])  # a new, zero-initialised head
+
+
+def test_accumulation_equals_the_large_batch(tmp_path):
+    one = training.train(tiny_config(tmp_path / "one", batch_size=32, steps=3))
+    two = training.train(tiny_config(tmp_path / "two", batch_size=32, steps=3, accum_steps=2))
+    for a, b in zip(weights_of(one["model_path"]), weights_of(two["model_path"])):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+    assert one["eval"]["loss"] == pytest.approx(two["eval"]["loss"], rel=1e-5)
+
+
+def test_nan_loss_stops_and_keeps_the_last_good_checkpoint(tmp_path):
+    config = tiny_config(tmp_path, optimizer="sgd", learning_rate=1e6, grad_clip_norm=None, steps=20,
+                         checkpoint_every=1)
+    with pytest.raises(training.NonFiniteLossError, match="became") as error:
+        training.train(config)
+    assert "last good checkpoint" in str(error.value)
+    checkpoints = sorted((tmp_path / "checkpoints").glob("ckpt-*.npz"))
+    assert checkpoints, "no checkpoint was kept"
+    for array in checkpoint_arrays(checkpoints[-1]).values():
+        if array.dtype.kind == "f":
+            assert np.all(np.isfinite(array))
+    assert not (tmp_path / "model.keras").exists()
+
+
+def test_incompatible_workdir_is_an_error_and_untouched(tmp_path):
+    training.train(tiny_config(tmp_path, steps=2))
+    before = {p.name: p.read_bytes() for p in (tmp_path / "checkpoints").iterdir()}
+    with pytest.raises(training.IncompatibleCheckpointError, match="different run") as error:
+        training.train(tiny_config(tmp_path, model=TINY.replace(hidden_size=32), steps=4))
+    assert "hidden_size" in str(error.value) and "new --workdir" in str(error.value)
+    after = {p.name: p.read_bytes() for p in (tmp_path / "checkpoints").iterdir()}
+    assert after == before
+
+
+def test_sigterm_checkpoints_then_the_same_call_resumes(tmp_path):
+    config = tiny_config(tmp_path, steps=4, checkpoint_every=100)
+
+    def terminate_at_step_2(step, logs):
+        if step == 2:
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    with pytest.raises(training.TrainingInterrupted, match="re-run"):
+        training.train(config, callbacks=[terminate_at_step_2])
+    # The flag is read at the next step: that step finishes, then the checkpoint.
+    assert [p.name for p in (tmp_path / "checkpoints").iterdir()] == ["ckpt-00000003.npz"]
+    results = training.train(config)
+    assert results["steps"] == 4 and results["steps_this_session"] == 1
