@@ -43,7 +43,9 @@ class PatchCorruption(keras.layers.Layer):
             raise ValueError(f"mask_rate and random_rate must be >= 0 with a sum <= 1, got {mask_rate} and "
                              f"{random_rate}.")
         self.seed = seed
-        self.seed_generator = keras.random.SeedGenerator(seed)
+        # Named, so that its state variable has the same path however many
+        # models a process builds (checkpoints compare variable paths).
+        self.seed_generator = keras.random.SeedGenerator(seed, name=f"{self.name}_seed_generator")
 
     def build(self, input_shape):
         # Small random values, like BERT's embedding table (a zero [mask] would
