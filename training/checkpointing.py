@@ -115,8 +115,10 @@ class CheckpointManager:
                 problems.append(f"{key}: checkpoint {saved.get(key)!r}, this run {self.fingerprint.get(key)!r}")
         if not problems:
             for kind, variables in (("model", model.variables), ("optimizer", optimizer.variables)):
-                if meta[f"{kind}_variables"] != _describe(variables):
-                    problems.append(f"the {kind} variables differ in names, shapes or dtypes")
+                # Shapes and dtypes in order; names are auto-numbered per process.
+                saved_layout = [entry[1:] for entry in meta[f"{kind}_variables"]]
+                if saved_layout != [entry[1:] for entry in _describe(variables)]:
+                    problems.append(f"the {kind} variables differ in number, shapes or dtypes")
         if problems:
             raise IncompatibleCheckpointError(
                 f"The workdir {os.path.dirname(self.directory)!r} holds a checkpoint ({os.path.basename(path)}) "

@@ -61,7 +61,8 @@ def resolve_model_config(config: TrainConfig, initial=None):
     representation = (base.representation_size or base.hidden_size) if recipe.representation_layer else None
     return base.replace(
         representation_size=representation,
-        classifier=recipe.classifier or base.classifier,
+        # Pre-trained weights fix the classifier (a class token or not).
+        classifier=(recipe.classifier or base.classifier) if initial is None else base.classifier,
         dropout_rate=recipe.dropout_rate,
         stochastic_depth_rate=recipe.stochastic_depth_rate,
     )
