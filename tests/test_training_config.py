@@ -51,4 +51,5 @@ def test_flags_parse_into_the_same_config():
 
 def test_demo_config_is_the_scratch_recipe_on_the_digits():
     config = demo_config("runs/x")
-    assert config.recipe.name == "scratch" and config.dataset == "mnist5k" and config.model == "Mu/7"
+    assert config.recipe.name == "scratch" and config.dataset == "mnist5k" and config.model == "Mu/4"
+    assert config.patch_size == 7

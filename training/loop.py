@@ -57,6 +57,11 @@ def resolve_model_config(config: TrainConfig, initial=None):
         base = initial.source_config
     else:
         base = get_variant(config.model)
+    if config.patch_size is not None and config.patch_size != base.patch_size:
+        if initial is not None:
+            raise ValueError(f"--patch-size {config.patch_size} differs from the pre-trained weights' "
+                             f"patch size {base.patch_size}.")
+        base = base.replace(patch_size=config.patch_size)
     recipe = config.recipe
     representation = (base.representation_size or base.hidden_size) if recipe.representation_layer else None
     return base.replace(
