@@ -19,7 +19,7 @@ _SIZES = {
     "B": (768, 12, 12, 3072),
     "L": (1024, 24, 16, 4096),
     "H": (1280, 32, 16, 5120),
-    "Mu": (64, 4, 4, 128),  # micro: the CPU demo on 28x28 MNIST digits, not from the paper
+    "Mu": (64, 4, 4, 128),  # micro: the CPU demo (MNIST), not from the paper
 }
 
 
@@ -45,7 +45,7 @@ VARIANTS: Dict[str, ViTConfig] = {
     "L/16": _vit("L", 16),
     "L/32": _vit("L", 32),
     "H/14": _vit("H", 14),
-    "Mu/7": _vit("Mu", 7),
+    "Mu/4": _vit("Mu", 4),
     # Hybrids: the ResNet reaches stride 16 with 3 stages, 32 with 4.
     "R50+B/16": _vit("B", 1, ResNetConfig(num_layers=(3, 4, 9))),
     "R26+S/32": _vit("S", 1, ResNetConfig(num_layers=(2, 2, 2, 2))),
