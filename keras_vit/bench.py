@@ -320,8 +320,8 @@ def run_training(args, probe, log) -> List[dict]:
     runners, contenders = {}, {}
     for impl in [i for i in args.impls if i != "torch"]:
         # float32 on both TF paths; bfloat16 without XLA, whose CPU bf16 kernels are slower than oneDNN's.
-        paths = (True,) if args.quick else (True, False)
-        for dtype, xla in [(d, x) for d in args.dtypes for x in paths if d == "float32" or not x]:
+        wanted = [("float32", True), ("bfloat16", False)] + ([] if args.quick else [("float32", False)])
+        for dtype, xla in [(d, x) for d, x in wanted if d in args.dtypes]:
             c = Contender(impl, dtype, xla)
             try:
                 model = _training_model(impl, variant, size, dtype, xla, 10)
