@@ -5,6 +5,7 @@ from keras_vit.layers.class_token import ClassToken
 from keras_vit.layers.encoder import Encoder
 from keras_vit.layers.encoder_block import LAYER_NORM_EPSILON, EncoderBlock
 from keras_vit.layers.mlp import MlpBlock
+from keras_vit.layers.patch_corruption import PatchCorruption
 from keras_vit.layers.patch_embedding import PatchEmbedding
 from keras_vit.layers.pooling import TokenPooling
 from keras_vit.layers.position_embedding import PositionEmbedding
@@ -20,6 +21,7 @@ __all__ = [
     "LAYER_NORM_EPSILON",
     "MlpBlock",
     "MultiHeadSelfAttention",
+    "PatchCorruption",
     "PatchEmbedding",
     "PositionEmbedding",
     "ResNetStem",
