@@ -1,7 +1,6 @@
 """Input pipelines: the bundled digits, resumable and sharded streams, image
 folders, TFRecords, evaluation padding, augmentations."""
 
-import io
 import os
 
 import numpy as np

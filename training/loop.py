@@ -21,7 +21,7 @@ import os
 import signal
 import threading
 import time
-from typing import Callable, Iterable, Optional
+from typing import Iterable, Optional
 
 import keras
 import numpy as np
