@@ -229,11 +229,10 @@ def train(config: TrainConfig, task: Optional[Task] = None,
                 result = evaluate()
                 eval_history.append({"step": step, **result})
                 _log_eval(bar, writer, step, result)
-    bar.close()
     train_seconds = time.time() - (timer_start or time.time())
-
     final = evaluate()
     _log_eval(bar, writer, step, final)
+    bar.close()
     results = {
         "eval": final,
         "eval_history": eval_history,
