@@ -211,3 +211,13 @@ def test_exported_model_is_a_vit_whose_encoder_loads_for_fine_tuning(mnist_run):
     # It was trained: it is not the run's random initialisation any more.
     changed = [not np.allclose(a, b) for a, b in zip(task._initial_weights, exported.get_weights())]
     assert sum(changed) > len(changed) // 2
+
+
+def test_the_recipe_name_picks_the_task():
+    from keras_vit.training.config import TrainConfig
+    from keras_vit.training.tasks import ClassificationTask, make_task
+
+    config = TrainConfig.create("masked_patch", model="Mu/4", dataset="mnist5k", workdir="w")
+    assert isinstance(make_task(config), mpp.MaskedPatchTask)
+    assert isinstance(make_task(TrainConfig.create("scratch", model="Mu/4", dataset="mnist5k", workdir="w")),
+                      ClassificationTask)

@@ -16,7 +16,7 @@ def test_the_papers_recipes():
     assert (PRETRAIN.optimizer, PRETRAIN.momentum, PRETRAIN.beta_2) == ("adamw", 0.9, 0.999)
     assert (PRETRAIN.weight_decay, PRETRAIN.batch_size) == (0.1, 4096)
     assert (PRETRAIN.warmup_steps, PRETRAIN.schedule, PRETRAIN.representation_layer) == (10_000, "linear", True)
-    assert set(RECIPES) == {"finetune", "pretrain", "scratch"} and SCRATCH.name == "scratch"
+    assert set(RECIPES) == {"finetune", "pretrain", "scratch", "masked_patch"} and SCRATCH.name == "scratch"
 
 
 def test_overrides_reach_the_recipe_and_the_run():

@@ -125,6 +125,8 @@ def run(args) -> int:
     }
     if "fewshot" in results:
         summary["fewshot"] = results["fewshot"]
+    if "fewshot_random_init" in results:
+        summary["fewshot_random_init"] = results["fewshot_random_init"]
     print(json.dumps(summary, indent=2))
     if "model_path" in results:
         print(f"wrote {results['model_path']} and {config.workdir}/results.json")

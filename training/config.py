@@ -125,7 +125,15 @@ SCRATCH = Recipe(
     grad_clip_norm=1.0, label_smoothing=0.1, train_augment="affine", image_size=None,
     representation_layer=False, classifier="gap",
 )
-RECIPES = {recipe.name: recipe for recipe in (FINETUNE, PRETRAIN, SCRATCH)}
+# Self-supervised masked patch prediction (paper Sec. 4.6, App. B.1.2): Adam,
+# lr 2e-4, batch 4096, warmup then cosine; the task is training/masked_patch.py.
+MASKED_PATCH = Recipe(
+    name="masked_patch", optimizer="adam", learning_rate=2e-4, momentum=0.9, beta_2=0.999,
+    weight_decay=0.0, schedule="cosine", warmup_steps=10_000, steps=1_000_000, batch_size=4096,
+    grad_clip_norm=1.0, train_augment="inception_crop_flip", image_size=224,
+    representation_layer=False, dropout_rate=0.0,
+)
+RECIPES = {recipe.name: recipe for recipe in (FINETUNE, PRETRAIN, SCRATCH, MASKED_PATCH)}
 RECIPE_FIELDS = tuple(f.name for f in dataclasses.fields(Recipe) if f.name != "name")
 
 

@@ -253,6 +253,9 @@ def train(config: TrainConfig, task: Optional[Task] = None,
             feature_model = task.feature_model(exported)
             if feature_model is not None:
                 results["fewshot"] = _few_shot(feature_model, source, pipeline, config, eval_batch)
+            baseline = task.baseline_feature_model(exported)
+            if baseline is not None:
+                results["fewshot_random_init"] = _few_shot(baseline, source, pipeline, config, eval_batch)
         model_path = os.path.join(config.workdir, "model.keras")
         exported.save(model_path)
         results["model_path"] = model_path

@@ -39,7 +39,7 @@ from keras import ops
 from keras_vit.layers.patch_corruption import PatchCorruption
 from keras_vit.model import ViT
 from keras_vit.training import data as data_lib
-from keras_vit.training.config import Recipe, TrainConfig
+from keras_vit.training.config import MASKED_PATCH, TrainConfig  # noqa: F401 (the recipe, re-exported)
 from keras_vit.training.evaluation import extract_features, few_shot_linear_eval
 from keras_vit.training.tasks import ClassificationTask, Task
 from keras_vit.variants import get_variant
@@ -52,12 +52,6 @@ COLOUR_BITS = 3
 # global norm 1 (as for every other pre-training run of App. B.1), the usual
 # Inception crop + flip, resolution 224, no dropout, no representation layer
 # (the objective reads the patch tokens, never the pooled one).
-MASKED_PATCH = Recipe(
-    name="masked_patch", optimizer="adam", learning_rate=2e-4, momentum=0.9, beta_2=0.999,
-    weight_decay=0.0, schedule="cosine", warmup_steps=10_000, steps=1_000_000, batch_size=4096,
-    grad_clip_norm=1.0, train_augment="inception_crop_flip", image_size=224,
-    representation_layer=False, dropout_rate=0.0,
-)
 
 
 def num_colour_classes(num_channels: int, bits: int = COLOUR_BITS) -> int:

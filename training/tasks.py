@@ -44,6 +44,12 @@ class Task:
         """The model written to <workdir>/model.keras."""
         return model
 
+    def baseline_feature_model(self, model):
+        """Features of the same architecture at this run's random
+        initialisation, evaluated beside `feature_model` as a baseline
+        (results.json "fewshot_random_init"), or None."""
+        return None
+
 
 class ClassificationTask(Task):
     """Softmax cross-entropy (with the recipe's label smoothing) over the
@@ -90,10 +96,22 @@ class ClassificationTask(Task):
 TASKS = {"classification": ClassificationTask}
 
 
+# Recipes that train something other than classification pick their task.
+RECIPE_TASKS = {"masked_patch": "masked_patch"}
+
+
 def make_task(config) -> Task:
-    if config.task not in TASKS:
-        raise ValueError(f"Unknown task {config.task!r}; known tasks: {sorted(TASKS)}.")
-    cls = TASKS[config.task]
+    name = config.task
+    if name == "classification" and config.recipe.name in RECIPE_TASKS:
+        name = RECIPE_TASKS[config.recipe.name]
+    if name == "masked_patch":
+        # Imported here: masked_patch.py builds on this module.
+        from keras_vit.training.masked_patch import MaskedPatchTask
+
+        return MaskedPatchTask()
+    if name not in TASKS:
+        raise ValueError(f"Unknown task {name!r}; known tasks: {sorted(TASKS) + ['masked_patch']}.")
+    cls = TASKS[name]
     if cls is ClassificationTask:
         return cls(label_smoothing=config.recipe.label_smoothing)
     return cls()
