@@ -6,6 +6,10 @@ fresh process (installed as keras_vit.export).
     report = export("runs/demo", "saved_model,tflite,tflite-int8", "exports/demo", validation_data="mnist")
 """
 
+from keras_vit.backend_guard import require_tensorflow
+
+require_tensorflow("keras_vit.export (SavedModel, TFLite and ONNX export)")
+
 from keras_vit.export.pipeline import FORMATS, ExportError, ExportFailed, export, parse_formats
 from keras_vit.export.report import THRESHOLDS, format_table, print_table
 

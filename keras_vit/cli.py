@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 
 # subcommand -> (module, one-line help). Modules are imported only when used,
@@ -21,6 +22,9 @@ COMMANDS = {
 
 
 def main(argv=None):
+    # TensorFlow's C++ start-up chatter (CUDA probes, oneDNN notices) hides the
+    # output users came for; TF_CPP_MIN_LOG_LEVEL=0 brings it back.
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     parser = argparse.ArgumentParser(prog="keras-vit", description=__doc__.split("\n")[0])
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name, (_, help_text) in COMMANDS.items():

@@ -77,3 +77,6 @@ def test_same_logits_and_portable_keras_files(backend, tensorflow_side):
     # model.fit fine-tunes on this backend.
     losses = results["fit_loss"]
     assert np.all(np.isfinite(losses)) and losses[-1] < 0.8 * losses[0], losses
+    for module in ("keras_vit.training", "keras_vit.export"):
+        assert f"needs the TensorFlow backend of Keras, but KERAS_BACKEND is '{backend}'" in results[module]
+        assert "KERAS_BACKEND=tensorflow" in results[module]

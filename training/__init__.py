@@ -11,6 +11,10 @@ custom training loop), checkpointing (resumable checkpoints), evaluation
 (few-shot linear evaluation), transfer (initial weights), cli.
 """
 
+from keras_vit.backend_guard import require_tensorflow
+
+require_tensorflow("keras_vit.training (the tf.distribute trainer)")
+
 from keras_vit.training.checkpointing import IncompatibleCheckpointError
 from keras_vit.training.config import FINETUNE, PRETRAIN, RECIPES, SCRATCH, Recipe, TrainConfig, demo_config
 from keras_vit.training.evaluation import extract_features, few_shot_linear_eval, fit_least_squares
