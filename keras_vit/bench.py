@@ -26,7 +26,6 @@ import json
 import math
 import os
 import platform
-import resource
 import statistics
 import subprocess
 import sys
@@ -359,7 +358,8 @@ def tflite_models(model, kinds) -> Dict[str, bytes]:
             converter.optimizations = [tf.lite.Optimize.DEFAULT]
         if kind == "float16":
             converter.target_spec.supported_types = [tf.float16]
-        out[kind] = converter.convert()
+        with contextlib.redirect_stdout(open(os.devnull, "w")):  # Keras lists every captured variable
+            out[kind] = converter.convert()
     return out
 
 
@@ -392,7 +392,8 @@ def run_tflite(args, probe, log) -> List[dict]:
             "variant": variant, "image_size": size, "kind": kind, "threads": args.tflite_threads,
             "latency_ms": 1000 * s, "megabytes": sizes[kind] / 2 ** 20,
             "speedup_vs_float32": seconds["float32"] / s,
-            "fraction_of_float32_peak": flops / s / 1e9 / probe.peak("float32"),
+            # int8 runs on integer units: its float32 fraction would be no limit at all
+            "fraction_of_float32_peak": None if kind == "int8" else flops / s / 1e9 / probe.peak("float32"),
         })
         log(f"  {kind:8s} {1000 * s:8.1f} ms  {sizes[kind] / 2 ** 20:6.1f} MiB  x{rows[-1]['speedup_vs_float32']:.2f}")
     return rows
@@ -415,7 +416,9 @@ def memory_child(spec: str):
     run = inference_runner(impl, variant, size, int(batch), dtype, xla == "1")
     for _ in range(3):
         run()
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    # VmHWM, not ru_maxrss: the latter carries the parent's peak across exec.
+    with open("/proc/self/status") as f:
+        peak = next(int(line.split()[1]) for line in f if line.startswith("VmHWM")) / 1024
     print(json.dumps({"baseline_mib": before, "peak_mib": peak}))
 
 
@@ -515,7 +518,7 @@ def markdown(report) -> str:
         for row in tflite:
             lines.append(f"| {row['variant']}@{row['image_size']} | {row['threads']} | {row['kind']} | "
                          f"{row['latency_ms']:.1f} | {row['megabytes']:.0f} | {row['speedup_vs_float32']:.2f}x | "
-                         f"{row['fraction_of_float32_peak']:.0%} |")
+                         f"{_percent(row['fraction_of_float32_peak'])} |")
         lines.append("")
     memory = report.get("memory", [])
     if memory:
@@ -525,6 +528,10 @@ def markdown(report) -> str:
                          f"{row['peak_rss_mib']:.0f} | {row['model_and_activations_mib']:.0f} |")
         lines.append("")
     return "\n".join(lines)
+
+
+def _percent(fraction):
+    return "-" if fraction is None else f"{fraction:.0%}"
 
 
 def _ratio(row, reference):
