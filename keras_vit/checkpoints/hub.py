@@ -81,6 +81,15 @@ def checkpoint_url(variant, weights: str) -> str:
     return base.rstrip("/") + "/" + urllib.parse.quote(CHECKPOINTS[weights][name], safe="/")
 
 
+def cache_dir() -> str:
+    """KERAS_HOME (read now, not when Keras was imported), else ~/.keras;
+    created, since Keras silently falls back to /tmp/.keras for a folder
+    that does not exist yet."""
+    path = os.path.expanduser(os.environ.get("KERAS_HOME", os.path.join("~", ".keras")))
+    os.makedirs(path, exist_ok=True)
+    return path
+
+
 def download(url: str) -> str:
     """Downloads `url` once into the Keras cache (with a progress bar); returns the local path."""
     import keras
@@ -88,7 +97,8 @@ def download(url: str) -> str:
     path = urllib.parse.unquote(url).split("/")
     fname, subdir = path[-1], path[-2].replace("+", "_")
     try:
-        return keras.utils.get_file(fname=fname, origin=url, cache_subdir=os.path.join("keras_vit", subdir))
+        return keras.utils.get_file(fname=fname, origin=url, cache_dir=cache_dir(),
+                                    cache_subdir=os.path.join("keras_vit", subdir))
     except Exception as error:  # network errors come in many types
         raise ValueError(
             f"Could not download the checkpoint {url} ({type(error).__name__}: {error}). "
