@@ -23,7 +23,8 @@ demo: $(STAMP)
 	$(PY) -m keras_vit.cli demo
 
 bench: $(STAMP)
-	$(PY) benchmarks/bench.py
+	$(PY) -m pip install --quiet -e ".[bench]"
+	$(PY) benchmarks/bench.py --quick
 
 clean:
 	rm -rf $(VENV) build *.egg-info
