@@ -38,19 +38,14 @@ def run(args):
     from keras_vit import export
     from keras_vit.training.data import load_mnist5k
 
-    _, (test_images, test_labels) = load_mnist5k()
+    (train_images, _), (test_images, test_labels) = load_mnist5k()
     print(f"== Exporting {args.workdir}/model.keras -> {args.out}, validated on the held-out digits")
     report = export.export(args.workdir, args.formats, args.out,
                            validation_data=(test_images.astype("float32"), test_labels),
-                           calibration_data=_calibration_images(), raise_on_failure=False)  # prints the table
+                           # int8 calibration must not see the validation images.
+                           calibration_data=train_images[:200].astype("float32"),
+                           raise_on_failure=False)  # prints the table
     with open(os.path.join(args.workdir, "demo.json"), "w") as f:
         json.dump({"test_accuracy": accuracy, "export_report": os.path.join(args.out, "report.json")}, f, indent=2)
     return 0 if report["passed"] else 1
 
-
-def _calibration_images():
-    """200 training digits: int8 calibration must not see the validation images."""
-    from keras_vit.training.data import load_mnist5k
-
-    (train_images, _), _ = load_mnist5k()
-    return train_images[:200].astype("float32")
