@@ -5,7 +5,7 @@
 """
 
 from keras_vit import layers
-from keras_vit.checkpoints import (
+from keras_vit.weights import (
     available_weights,
     load_weights,
     resize_position_embedding,

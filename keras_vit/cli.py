@@ -15,7 +15,7 @@ COMMANDS = {
     "export": ("keras_vit.export.cli", "export SavedModel / TFLite / ONNX, validated against Keras"),
     "predict": ("keras_vit.inspection.cli_predict", "top-k labels for image files"),
     "inspect": ("keras_vit.inspection.cli_inspect", "attention maps and the paper's figures"),
-    "bench": ("keras_vit.bench", "benchmark against keras-hub and PyTorch"),
+    "bench": ("keras_vit.cli_bench", "benchmark against keras-hub and PyTorch"),
     "demo": ("keras_vit.demo", "train on the bundled MNIST digits, then export"),
     "variants": ("keras_vit.cli_variants", "list the registered variants and their checkpoints"),
 }

@@ -1,6 +1,6 @@
 """`keras-vit variants`: the variant table with parameter counts and checkpoints."""
 
-from keras_vit.checkpoints.hub import available_weights
+from keras_vit.weights.hub import available_weights
 from keras_vit.variants import VARIANTS
 
 

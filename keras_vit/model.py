@@ -156,7 +156,7 @@ class ViT(keras.Model):
         self.head = head
 
         if weights is not None:
-            from keras_vit.checkpoints import load_weights
+            from keras_vit.weights import load_weights
 
             load_weights(self, weights)
 

@@ -1,6 +1,6 @@
 """Writes checkpoints in the official google-research/vision_transformer
 `.npz` layout, spelled out here from the Flax module names of the official
-code (independently of keras_vit.checkpoints.layout), with random values."""
+code (independently of keras_vit.weights.layout), with random values."""
 
 import numpy as np
 

@@ -10,7 +10,7 @@ import pytest
 import scipy.ndimage
 
 import keras_vit
-from keras_vit.checkpoints import read_npz, resize_position_embedding
+from keras_vit.weights import read_npz, resize_position_embedding
 from tests.conftest import tiny_config, tiny_hybrid_config
 from tests.layers import reference
 from tests.official_format import official_params, write_npz
@@ -34,7 +34,7 @@ def test_hybrid_checkpoint_loads_every_tensor(tmp_path, rng, group_norm_4d):
     config = tiny_hybrid_config()
     params = official_params(config, grid=(4, 4), num_classes=3, rng=rng, group_norm_4d=group_norm_4d)
     model = keras_vit.ViT(config, image_size=32, num_classes=3, weights=write_npz(tmp_path / "h.npz", params))
-    by_key = keras_vit.checkpoints.variables_by_key(model)
+    by_key = keras_vit.weights.variables_by_key(model)
     assert set(by_key) == set(params)
     for key, value in params.items():
         np.testing.assert_array_equal(np.asarray(by_key[key]), value.reshape(by_key[key].shape), err_msg=key)
@@ -213,10 +213,10 @@ def test_named_weights_download_once_into_the_cache(checkpoint_server, rng, monk
     www, requests = checkpoint_server
     config = keras_vit.get_variant("Ti/16").replace(num_layers=1)  # a 1-block Ti/16 keeps it small
     # available_weights is keyed by variant, so serve the real file name with this model's tensors.
-    monkeypatch.setattr(keras_vit.checkpoints.hub, "canonical_name", lambda _: "Ti/16")
+    monkeypatch.setattr(keras_vit.weights.hub, "canonical_name", lambda _: "Ti/16")
     params = official_params(config, (2, 2), 5, rng=rng)
     (www / "augreg").mkdir()
-    name = keras_vit.checkpoints.CHECKPOINTS["augreg-imagenet21k"]["Ti/16"]
+    name = keras_vit.weights.CHECKPOINTS["augreg-imagenet21k"]["Ti/16"]
     write_npz(www / name, params)
     model = keras_vit.ViT(config, image_size=32, num_classes=5, weights="augreg-imagenet21k")
     np.testing.assert_array_equal(np.asarray(model.head.kernel), params["head/kernel"])
@@ -226,9 +226,9 @@ def test_named_weights_download_once_into_the_cache(checkpoint_server, rng, monk
 
 
 def test_url_of_a_named_checkpoint():
-    assert keras_vit.checkpoints.checkpoint_url("B/16", "imagenet21k") == \
+    assert keras_vit.weights.checkpoint_url("B/16", "imagenet21k") == \
         "https://storage.googleapis.com/vit_models/imagenet21k/ViT-B_16.npz"
-    assert keras_vit.checkpoints.checkpoint_url("R50+B/16", "imagenet21k+imagenet2012") == \
+    assert keras_vit.weights.checkpoint_url("R50+B/16", "imagenet21k+imagenet2012") == \
         "https://storage.googleapis.com/vit_models/imagenet21k%2Bimagenet2012/R50%2BViT-B_16.npz"
     assert keras_vit.available_weights("H/14") == ["imagenet21k"]
     assert "augreg-imagenet21k" in keras_vit.available_weights("S/16")

@@ -213,8 +213,10 @@ def _tfds_source(config, name) -> Source:
     )
 
 
-def open_source(config) -> Source:
-    """The Source named by config.dataset."""
+def open_source(config, dataset=None) -> Source:
+    """The Source named by config.dataset, or made from `dataset` when given."""
+    if dataset is not None:
+        raise NotImplementedError("train(dataset=...) is not supported yet.")
     spec = config.dataset
     if spec == "mnist5k":
         return _mnist5k_source(config)

@@ -101,7 +101,7 @@ class _SigtermFlag:
 
 
 def train(config: TrainConfig, task: Optional[Task] = None,
-          callbacks: Iterable = ()) -> dict:
+          callbacks: Iterable = (), dataset=None) -> dict:
     """Trains (or resumes) the run described by `config`; returns results.json's dict.
 
     Args:
@@ -112,6 +112,8 @@ def train(config: TrainConfig, task: Optional[Task] = None,
             optimizer step on every worker (logs: loss, accuracy, lr,
             grad_norm), or an object with `on_step_end(step, logs)` and/or
             `on_train_end(model, results)` methods.
+        dataset: data given as an object instead of config.dataset (see
+            keras_vit.training.data.open_source).
     Raises:
         NonFiniteLossError: the loss became NaN/inf (the last good checkpoint is kept).
         IncompatibleCheckpointError: the workdir holds another run's checkpoints.
@@ -125,7 +127,7 @@ def train(config: TrainConfig, task: Optional[Task] = None,
     keras.utils.set_random_seed(config.seed)
     chief = is_chief(strategy)
     recipe = config.recipe
-    source = data_lib.open_source(config)
+    source = data_lib.open_source(config, dataset)
     task = task or make_task(config)
     initial = resolve_weights(config.weights)
     model_config = resolve_model_config(config, initial)

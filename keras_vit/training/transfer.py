@@ -17,7 +17,7 @@ from typing import Optional, Union
 
 import keras
 
-from keras_vit.checkpoints import checkpoint_params, load_weights
+from keras_vit.weights import checkpoint_params, load_weights
 from keras_vit.config import ViTConfig
 from keras_vit.model import ViT
 

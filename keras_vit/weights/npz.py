@@ -10,8 +10,8 @@ from typing import Dict, Mapping
 
 import numpy as np
 
-from keras_vit.checkpoints.layout import variables_by_key
-from keras_vit.checkpoints.resize import resize_position_embedding
+from keras_vit.weights.layout import variables_by_key
+from keras_vit.weights.resize import resize_position_embedding
 
 logger = logging.getLogger("keras_vit")
 
@@ -139,7 +139,7 @@ def save_weights(model, path) -> str:
 def load_weights(model, weights) -> None:
     """Loads `weights` into `model`: a path to an official-format `.npz`, a
     checkpoint name (see keras_vit.available_weights), or a params dict."""
-    from keras_vit.checkpoints.hub import CHECKPOINTS, checkpoint_url, download
+    from keras_vit.weights.hub import CHECKPOINTS, checkpoint_url, download
 
     if isinstance(weights, Mapping):
         return load_checkpoint(model, weights)
