@@ -121,13 +121,8 @@ class ViT(keras.Model):
 
         # === Functional model ===
         images = keras.Input((height, width, int(num_channels)), name="images")
-        x = preprocessing(images) if preprocessing else images
-        if resnet:
-            x = resnet(x)  # (B, H/s, W/s, C)
-        x = patch_embedding(x)  # (B, N, D)
-        if class_token:
-            x = class_token(x)  # (B, N + 1, D)
-        x = embedding_dropout(position_embedding(x))
+        x = embed_images(images, preprocessing, resnet, patch_embedding, class_token, position_embedding,
+                         embedding_dropout)
         x = encoder(x)
         x = pooling(x)  # (B, D)
         if pre_logits:
@@ -160,17 +155,53 @@ class ViT(keras.Model):
 
             load_weights(self, weights)
 
-    def embed(self, images, training=False):
+    def embed(self, images, training=False, patch_hook=None):
         """Images -> the token sequence the encoder sees (B, T, D), through
-        the model's own layers (preprocessing, ResNet, patches, class token,
-        position embedding, dropout)."""
-        x = self.preprocessing(images) if self.preprocessing is not None else images
-        if self.resnet is not None:
-            x = self.resnet(x)  # (B, H/s, W/s, C)
-        x = self.patch_embedding(x)  # (B, N, D)
-        if self.class_token is not None:
-            x = self.class_token(x)  # (B, N + 1, D)
-        return self.embedding_dropout(self.position_embedding(x), training=training)
+        the model's own layers (see `embed_images`, which also built the
+        model's graph). `patch_hook(tokens) -> tokens` may change the patch
+        tokens (B, N, D) before the class token and position embedding
+        (masked patch prediction corrupts them there)."""
+        return embed_images(images, self.preprocessing, self.resnet, self.patch_embedding, self.class_token,
+                            self.position_embedding, self.embedding_dropout, training=training,
+                            patch_hook=patch_hook)
+
+    def forward_intermediates(self, images, training=False, attention=True):
+        """One pass through the model's own layers, keeping what every stage made.
+
+        The same layers and weights as `model(images)` (with attention=True
+        the attention of each block is computed explicitly, so the result
+        can differ from the fused kernel by float rounding, ~1e-6).
+
+        Args:
+            images: what `model(...)` takes (B, H, W, C).
+            training: dropout and stochastic depth on or off.
+            attention: also return every block's attention probabilities.
+
+        Returns a dict:
+            "embeddings": (B, T, D) the tokens entering the encoder;
+            "blocks": [(B, T, D)] the output of each encoder block (before the
+                final LayerNorm);
+            "attention": [(B, heads, T, T)] each block's probabilities
+                (only with attention=True);
+            "tokens": (B, T, D) the encoder's output (after its LayerNorm);
+            "pooled": (B, D) the read-out token (class token, or the mean for "gap");
+            "pre_logits": (B, R or D) the head's input (= "pooled" without a
+                representation layer);
+            "logits": (B, num_classes) the model's output, the head's
+                classifier_activation applied if it has one (only with a head).
+        """
+        out = {"embeddings": self.embed(images, training=training)}
+        encoded = self.encoder(out["embeddings"], training=training, return_attention_scores=attention,
+                               return_block_outputs=True)
+        if attention:
+            out["tokens"], out["attention"], out["blocks"] = encoded
+        else:
+            out["tokens"], out["blocks"] = encoded
+        out["pooled"] = self.pooling(out["tokens"])
+        out["pre_logits"] = self.pre_logits(out["pooled"]) if self.pre_logits is not None else out["pooled"]
+        if self.head is not None:
+            out["logits"] = self.head(out["pre_logits"])
+        return out
 
     @property
     def grid_size(self):
@@ -213,6 +244,28 @@ class ViT(keras.Model):
         if isinstance(config.get("classifier_activation"), dict):
             config["classifier_activation"] = keras.activations.deserialize(config["classifier_activation"])
         return cls(**config)
+
+
+def embed_images(images, preprocessing, resnet, patch_embedding, class_token, position_embedding,
+                 embedding_dropout, training=None, patch_hook=None):
+    """The one embedding path: images -> the tokens the encoder sees (B, T, D).
+
+    [preprocessing] -> [ResNet stem] -> patch embedding -> [patch_hook] ->
+    [class token] -> + position embedding -> dropout. The ViT builds its
+    graph with it (symbolic tensors) and `ViT.embed` calls it with the
+    model's layers (eager or traced), so the two cannot disagree.
+    Optional layers are None. training=None leaves the mode to the caller's
+    context (inside the functional graph: the model's call).
+    """
+    x = preprocessing(images) if preprocessing is not None else images
+    if resnet is not None:
+        x = resnet(x, training=training)  # (B, H/s, W/s, C)
+    x = patch_embedding(x)  # (B, N, D)
+    if patch_hook is not None:
+        x = patch_hook(x)
+    if class_token is not None:
+        x = class_token(x)  # (B, N + 1, D)
+    return embedding_dropout(position_embedding(x), training=training)
 
 
 def _default_name(config: ViTConfig) -> str:

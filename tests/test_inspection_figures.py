@@ -84,3 +84,52 @@ def test_make_figures_accepts_images_of_another_size_and_channel_count(tmp_path)
     paths = inspection.make_figures(rgb_model, gray, str(tmp_path), num_overlays=1)
     assert read_png(paths["rollout"]) == (500, 250)
     assert read_png(paths["embedding_filters"]) == (770, 480)  # 28 components: 4 rows
+
+
+def test_make_figures_runs_the_encoder_once_per_image(pixels, tmp_path):
+    keras.utils.set_random_seed(3)
+    model = ViT(TINY, image_size=28, num_classes=10, num_channels=1)
+    encoded = []
+    original = model.encoder.call
+
+    def counting_call(x, *args, **kwargs):
+        encoded.append(x.shape[0])  # a traced (symbolic) call would append None
+        return original(x, *args, **kwargs)
+
+    model.encoder.call = counting_call
+    # 6 images in batches of 4, 3 of them shown: every figure from one pass.
+    inspection.make_figures(model, pixels, str(tmp_path), num_overlays=3, batch_size=4)
+    assert encoded == [4, 2]
+    # The same counter sees the three passes the figures would need one by one.
+    encoded.clear()
+    inspection.encoder_attention(model, pixels[:3], batch_size=4)
+    inspection.mean_attention_distance(model, pixels, batch_size=4)
+    assert sum(encoded) == 3 + 6
+
+
+def test_make_figures_captions_and_maps_are_those_of_the_separate_calls(pixels, tmp_path, monkeypatch):
+    keras.utils.set_random_seed(4)
+    model = ViT(TINY, image_size=28, num_classes=10, num_channels=1)
+    # Every weight moved (the head is zero-initialised), so that images get different predictions.
+    rng = np.random.default_rng(4)
+    model.set_weights([w + rng.normal(scale=0.5, size=w.shape).astype(w.dtype) for w in model.get_weights()])
+    captured = {}
+
+    def capture_rollout(images, rollout, path, titles=None, **kwargs):
+        captured.update(rollout=rollout, titles=titles)
+        return path
+
+    def capture_distance(distances, path, **kwargs):
+        captured["distances"] = distances
+        return path
+
+    monkeypatch.setattr(plots, "plot_rollout", capture_rollout)
+    monkeypatch.setattr(plots, "plot_attention_distance", capture_distance)
+    inspection.make_figures(model, pixels, str(tmp_path), labels=list("abcdefghij"), num_overlays=5, batch_size=4)
+    # The one-pass figures hold what the separate public functions compute.
+    np.testing.assert_allclose(captured["rollout"], inspection.rollout_maps(model, pixels[:5]), atol=1e-6)
+    np.testing.assert_allclose(captured["distances"], inspection.mean_attention_distance(model, pixels), rtol=1e-5)
+    probabilities = inspection.predict_probabilities(model, pixels[:5])
+    best = probabilities.argmax(-1)
+    assert len(set(best)) > 1
+    assert captured["titles"] == [f"pred: {'abcdefghij'[i]} ({probabilities[n, i]:.2f})" for n, i in enumerate(best)]

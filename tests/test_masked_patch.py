@@ -12,8 +12,9 @@ import tensorflow as tf
 
 from keras_vit.layers.patch_corruption import KEPT, MASKED, RANDOM, PatchCorruption
 from keras_vit.model import ViT
-from keras_vit.training import masked_patch as mpp
-from keras_vit.training.config import TrainConfig
+from keras_vit.training import train
+from keras_vit.training.config import MASKED_PATCH, TrainConfig
+from keras_vit.training.tasks import masked_patch as mpp
 from keras_vit.training.transfer import apply_weights, resolve_weights
 from tests.conftest import tiny_config
 
@@ -155,7 +156,7 @@ def test_task_loss_reads_images_not_labels():
 
 
 def test_recipe_has_the_papers_defaults_and_takes_overrides():
-    recipe = mpp.MASKED_PATCH
+    recipe = MASKED_PATCH
     assert (recipe.optimizer, recipe.learning_rate, recipe.batch_size, recipe.weight_decay) == ("adam", 2e-4, 4096, 0)
     assert (recipe.warmup_steps, recipe.schedule, recipe.steps) == (10_000, "cosine", 1_000_000)
     config = TrainConfig.create(recipe, learning_rate=1e-3, batch_size=64, model="Mu/4")
@@ -172,12 +173,12 @@ def mnist_run(tmp_path_factory):
     # 7x7 patches (16 tokens) keep a step cheap; ~40 s of training on one CPU core.
     workdir = str(tmp_path_factory.mktemp("mpp"))
     config = TrainConfig.create(
-        mpp.MASKED_PATCH, model=tiny_config(patch_size=7, hidden_size=64, mlp_dim=128), dataset="mnist5k",
+        "masked_patch", model=tiny_config(patch_size=7, hidden_size=64, mlp_dim=128), dataset="mnist5k",
         workdir=workdir, steps=MNIST_STEPS, batch_size=64, learning_rate=3e-3, warmup_steps=100, image_size=None,
         train_augment="none", classifier="gap", checkpoint_every=10**6, log_every=100, eval_batch_size=500,
         fewshot_shots=(5, 25), fewshot_pool=1000, progress=False)
     task = mpp.MaskedPatchTask()
-    return config, mpp.pretrain(config, task), task
+    return config, train(config, task=task), task
 
 
 def test_short_mnist_run_gives_better_few_shot_features_than_random_init(mnist_run):

@@ -6,12 +6,14 @@ Functions that take `images` take pixels in 0..255 (see `images`).
 
     from keras_vit import inspection
     tokens, probs = inspection.encoder_attention(model, images)   # probs (B, layers, heads, T, T)
+    for batch in inspection.forward_batches(model, images): ...  # tokens, attention, logits: one pass
     rollout = inspection.attention_rollout(probs)                # (B, T, T)
     inspection.make_figures(model, images, "figures/")
 """
 
 from keras_vit.inspection import plots
 from keras_vit.inspection.analysis import (
+    MeanAttentionDistance,
     attention_distance,
     cosine_similarity_grid,
     embedding_filter_pca,
@@ -25,6 +27,7 @@ from keras_vit.inspection.attention import (
     attention_rollout,
     embed,
     encoder_attention,
+    forward_batches,
     head_maps,
     num_prefix_tokens,
     patch_map,
@@ -42,10 +45,10 @@ from keras_vit.inspection.predict import (
 )
 
 __all__ = [
-    "Prediction", "attention_distance", "attention_rollout", "cosine_similarity_grid", "embed",
-    "embedding_filter_pca", "encoder_attention", "find_images", "find_labels", "head_maps", "load_image",
-    "load_images", "load_model", "make_figures", "mean_attention_distance", "model_inputs", "num_prefix_tokens",
-    "patch_distances", "patch_map", "pca", "plots", "position_embedding_similarity", "predict_files",
-    "predict_probabilities", "read_labels_file", "rollout_maps", "to_model_pixels",
-    "uniform_attention_distance",
+    "MeanAttentionDistance", "Prediction", "attention_distance", "attention_rollout", "cosine_similarity_grid",
+    "embed", "embedding_filter_pca", "encoder_attention", "find_images", "find_labels", "forward_batches",
+    "head_maps", "load_image", "load_images", "load_model", "make_figures", "mean_attention_distance",
+    "model_inputs", "num_prefix_tokens", "patch_distances", "patch_map", "pca", "plots",
+    "position_embedding_similarity", "predict_files", "predict_probabilities", "read_labels_file", "rollout_maps",
+    "to_model_pixels", "uniform_attention_distance",
 ]

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from keras_vit.inspection.attention import encoder_attention, num_prefix_tokens
+from keras_vit.inspection.attention import forward_batches, num_prefix_tokens
 
 
 def embedding_filter_pca(model, num_components=28):
@@ -125,13 +125,31 @@ def mean_attention_distance(model, images, batch_size=16):
         images (batch by batch, so the attention of all images is never held
         at once).
     """
-    total, count = 0.0, 0
-    for start in range(0, len(images), batch_size):
-        _, probabilities = encoder_attention(model, images[start:start + batch_size], batch_size=batch_size)
-        distances = attention_distance(
-            probabilities, model.grid_size, model.config.total_stride, num_prefix_tokens(model))
-        total = total + distances.sum(axis=0)
-        count += distances.shape[0]
-    if count == 0:
-        raise ValueError("mean_attention_distance needs at least one image.")
-    return (total / count).astype(np.float32)
+    mean = MeanAttentionDistance(model)
+    for batch in forward_batches(model, images, batch_size=batch_size):
+        mean.update(batch["attention"])
+    return mean.result()
+
+
+class MeanAttentionDistance:
+    """The running mean of `attention_distance` over batches of one model's attention.
+
+    `update(probabilities)` with (b, layers, heads, T, T) arrays (e.g. each
+    `forward_batches` batch's "attention"); `result()` -> (layers, heads).
+    """
+
+    def __init__(self, model):
+        self.grid_size = model.grid_size
+        self.patch_pixels = model.config.total_stride
+        self.prefix_tokens = num_prefix_tokens(model)
+        self.total, self.count = 0.0, 0
+
+    def update(self, probabilities):
+        distances = attention_distance(probabilities, self.grid_size, self.patch_pixels, self.prefix_tokens)
+        self.total = self.total + distances.sum(axis=0)
+        self.count += distances.shape[0]
+
+    def result(self):
+        if self.count == 0:
+            raise ValueError("mean_attention_distance needs at least one image.")
+        return (self.total / self.count).astype(np.float32)

@@ -1,8 +1,9 @@
 """Attention probabilities and attention rollout, read from the model itself.
 
-The probabilities come from `model.encoder(x, return_attention_scores=True)`:
-the model's own layers and weights, not a second implementation that could
-drift from it.
+The probabilities come from `model.forward_intermediates(x)`: one pass
+through the model's own layers and weights (not a second implementation that
+could drift from it) that also yields the encoded tokens and the logits, so
+a figure set needs the encoder once per image (`forward_batches`).
 
 Which tokens a map shows:
   * classifier="token": the class token's row (what the read-out token
@@ -29,6 +30,31 @@ def embed(model, x):
     return model.embed(x, training=False)
 
 
+def forward_batches(model, images, batch_size=16):
+    """Runs images through the model once, `batch_size` at a time.
+
+    Args:
+        model: a keras_vit ViT.
+        images: pixels (B, H, W, C) in 0..255 (see `keras_vit.inspection.images`).
+        batch_size: images per forward pass.
+
+    Yields, per batch, float32 numpy arrays from `model.forward_intermediates`:
+        "tokens" (b, T, D): the encoder's output;
+        "attention" (b, layers, heads, T, T): every block's probabilities;
+        "logits" (b, num_classes): the model's output (only with a head).
+    """
+    for start in range(0, len(images), batch_size):
+        x = model_inputs(model, images[start:start + batch_size])
+        out = model.forward_intermediates(x, training=False)
+        batch = {
+            "tokens": np.asarray(out["tokens"], dtype=np.float32),
+            "attention": np.stack([np.asarray(s, dtype=np.float32) for s in out["attention"]], axis=1),
+        }
+        if "logits" in out:
+            batch["logits"] = np.asarray(out["logits"], dtype=np.float32)
+        yield batch
+
+
 def encoder_attention(model, images, batch_size=16):
     """Runs images through the model; returns its encoded tokens and every attention map.
 
@@ -42,13 +68,11 @@ def encoder_attention(model, images, batch_size=16):
         numpy; T = patches + 1 with a class token. Row q of a map is the
         softmax over keys for query token q, so every row sums to 1.
     """
-    tokens, probabilities = [], []
-    for start in range(0, len(images), batch_size):
-        x = model_inputs(model, images[start:start + batch_size])
-        encoded, scores = model.encoder(embed(model, x), training=False, return_attention_scores=True)
-        tokens.append(np.asarray(encoded, dtype=np.float32))
-        probabilities.append(np.stack([np.asarray(s, dtype=np.float32) for s in scores], axis=1))
-    return np.concatenate(tokens), np.concatenate(probabilities)
+    batches = list(forward_batches(model, images, batch_size))
+    if not batches:
+        raise ValueError("encoder_attention needs at least one image.")
+    return (np.concatenate([b["tokens"] for b in batches]),
+            np.concatenate([b["attention"] for b in batches]))
 
 
 def attention_rollout(probabilities):

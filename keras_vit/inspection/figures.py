@@ -8,6 +8,7 @@ import numpy as np
 
 from keras_vit.inspection import analysis, attention, plots
 from keras_vit.inspection.images import to_model_pixels
+from keras_vit.inspection.predict import to_probabilities
 
 
 def make_figures(model, images, out_dir, labels=None, num_overlays=4, batch_size=16, dpi=100):
@@ -35,10 +36,23 @@ def make_figures(model, images, out_dir, labels=None, num_overlays=4, batch_size
     pixels = to_model_pixels(images, model.image_size, model.num_channels)
     if len(pixels) == 0:
         raise ValueError("make_figures needs at least one image.")
+    if num_overlays < 1:
+        raise ValueError(f"num_overlays must be at least 1, got {num_overlays}.")
     shown = pixels[:num_overlays]
     prefix = attention.num_prefix_tokens(model)
-    _, probabilities = attention.encoder_attention(model, shown, batch_size=batch_size)
-    titles = _captions(model, shown, labels, batch_size)
+    # One forward pass per image feeds every figure: the shown images keep
+    # their attention and outputs; every image adds to the mean distance.
+    distance = analysis.MeanAttentionDistance(model)
+    shown_attention, shown_outputs = [], []
+    for batch in attention.forward_batches(model, pixels, batch_size=batch_size):
+        distance.update(batch["attention"])
+        wanted = len(shown) - sum(len(a) for a in shown_attention)
+        if wanted > 0:
+            shown_attention.append(batch["attention"][:wanted])
+            if "logits" in batch:
+                shown_outputs.append(batch["logits"][:wanted])
+    probabilities = np.concatenate(shown_attention)
+    titles = _captions(model, np.concatenate(shown_outputs), labels) if shown_outputs else None
     paths = {}
 
     rollout = attention.patch_map(attention.attention_rollout(probabilities), model.grid_size, prefix)
@@ -53,19 +67,14 @@ def make_figures(model, images, out_dir, labels=None, num_overlays=4, batch_size
             components, os.path.join(out_dir, "embedding_filters.png"), explained=explained, dpi=dpi)
     paths["position_similarity"] = plots.plot_position_similarity(
         analysis.position_embedding_similarity(model), os.path.join(out_dir, "position_similarity.png"), dpi=dpi)
-    distances = analysis.mean_attention_distance(model, pixels, batch_size=batch_size)
     paths["attention_distance"] = plots.plot_attention_distance(
-        distances, os.path.join(out_dir, "attention_distance.png"),
+        distance.result(), os.path.join(out_dir, "attention_distance.png"),
         uniform=analysis.uniform_attention_distance(model.grid_size, model.config.total_stride), dpi=dpi)
     return paths
 
 
-def _captions(model, pixels, labels, batch_size):
-    """"pred: <label> (p)" per image, or None for a model without a head."""
-    if not model.include_top:
-        return None
-    from keras_vit.inspection.predict import predict_probabilities
-
-    probabilities = predict_probabilities(model, pixels, batch_size=batch_size)
+def _captions(model, outputs, labels):
+    """"pred: <label> (p)" per image, from the model's outputs (B, num_classes)."""
+    probabilities = to_probabilities(model, outputs)
     best = np.argmax(probabilities, axis=-1)
     return [f"pred: {labels[i] if labels else i} ({probabilities[n, i]:.2f})" for n, i in enumerate(best)]

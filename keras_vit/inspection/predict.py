@@ -95,10 +95,16 @@ def predict_probabilities(model, images, batch_size=32):
     for start in range(0, len(images), batch_size):
         x = model_inputs(model, images[start:start + batch_size])
         outputs.append(np.asarray(model.predict_on_batch(x), dtype=np.float32))
-    logits = np.concatenate(outputs) if outputs else np.zeros((0, model.num_classes), np.float32)
+    return to_probabilities(model, np.concatenate(outputs) if outputs else np.zeros((0, model.num_classes)))
+
+
+def to_probabilities(model, outputs):
+    """The model's outputs (B, num_classes) as probabilities: softmax of
+    logits, unchanged where the head already ends in softmax or sigmoid."""
+    outputs = np.asarray(outputs, dtype=np.float32)
     if outputs_are_probabilities(model):
-        return logits
-    logits = logits - logits.max(axis=-1, keepdims=True)
+        return outputs
+    logits = outputs - outputs.max(axis=-1, keepdims=True)
     e = np.exp(logits)
     return e / e.sum(axis=-1, keepdims=True)
 

@@ -15,6 +15,8 @@ class Encoder(keras.layers.Layer):
     `call(x, return_attention_scores=True)` returns (tokens, [probabilities
     of block 0, block 1, ...]), each (B, heads, N, N): the same weights and
     code as the plain call, so attention maps cannot drift from the model.
+    `return_block_outputs=True` appends [the output of block 0, 1, ...]
+    (B, N, D), before the final LayerNorm: (tokens, [scores,] outputs).
     """
 
     def __init__(self, num_layers, num_heads, mlp_dim, dropout_rate=0.0, attention_dropout_rate=0.0,
@@ -46,16 +48,18 @@ class Encoder(keras.layers.Layer):
             block.build(input_shape)
         self.encoder_norm.build(input_shape)
 
-    def call(self, x, training=False, return_attention_scores=False):
-        scores = []
+    def call(self, x, training=False, return_attention_scores=False, return_block_outputs=False):
+        scores, block_outputs = [], []
         for block in self.blocks:
             if return_attention_scores:
                 x, block_scores = block(x, training=training, return_attention_scores=True)
                 scores.append(block_scores)
             else:
                 x = block(x, training=training)
+            block_outputs.append(x)
         x = self.encoder_norm(x)
-        return (x, scores) if return_attention_scores else x
+        extras = ([scores] if return_attention_scores else []) + ([block_outputs] if return_block_outputs else [])
+        return (x, *extras) if extras else x
 
     def compute_output_shape(self, input_shape):
         return input_shape

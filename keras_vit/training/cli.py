@@ -87,7 +87,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                      help="few-shot linear evaluation at the end, e.g. 1,5,10,25")
     run.add_argument("--fewshot-l2", type=float, default=1.0)
     run.add_argument("--fewshot-pool", type=int, default=10_000)
-    run.add_argument("--task", default="classification", help="a name in keras_vit.training.tasks.TASKS")
+    run.add_argument("--task", default="classification",
+                     help="what is learned: classification | masked_patch (keras_vit.training.tasks.TASKS; "
+                          "default: classification, or the recipe's task: --recipe masked_patch picks masked_patch)")
     run.add_argument("--no-progress", dest="progress", action="store_false")
 
     recipe = parser.add_argument_group("recipe overrides (default: the recipe's value)")

@@ -126,7 +126,7 @@ SCRATCH = Recipe(
     representation_layer=False, classifier="gap",
 )
 # Self-supervised masked patch prediction (paper Sec. 4.6, App. B.1.2): Adam,
-# lr 2e-4, batch 4096, warmup then cosine; the task is training/masked_patch.py.
+# lr 2e-4, batch 4096, warmup then cosine; the task is training/tasks/masked_patch.py.
 MASKED_PATCH = Recipe(
     name="masked_patch", optimizer="adam", learning_rate=2e-4, momentum=0.9, beta_2=0.999,
     weight_decay=0.0, schedule="cosine", warmup_steps=10_000, steps=1_000_000, batch_size=4096,

@@ -13,23 +13,20 @@ information (the 512-class index of a gray patch is fixed by its one 3-bit
 level, only the 8 "diagonal" colours r = g = b can occur), so 8 classes is the
 same objective without 504 logits that can never be a target.
 
-    from keras_vit.training import masked_patch
-    config = TrainConfig.create(masked_patch.MASKED_PATCH, model="S/16", dataset="folder:/data/unlabelled",
-                                workdir="runs/mpp", fewshot_shots=(1, 5, 10, 25))
-    results = masked_patch.pretrain(config)
+    from keras_vit import training
+    config = training.TrainConfig.create("masked_patch", model="S/16", dataset="folder:/data/unlabelled",
+                                         workdir="runs/mpp", fewshot_shots=(1, 5, 10, 25))
+    results = training.train(config)  # the recipe picks MaskedPatchTask (tasks.RECIPE_TASKS)
 
 The run's model.keras is the classification ViT alone (the colour head is
 dropped), so `--weights runs/mpp` starts a fine-tuning run from its encoder.
-The few-shot linear evaluation is run on the pre-trained features and, in the
-same run, on the same architecture at the run's random initialisation
-(results.json: "fewshot" and "fewshot_random_init").
+With few-shot shots set, the trainer evaluates the pre-trained features
+(`feature_model`) and, in the same run, the same architecture at the run's
+random initialisation (`baseline_feature_model`): results.json "fewshot"
+and "fewshot_random_init".
 """
 
 from __future__ import annotations
-
-import json
-import os
-from typing import Optional
 
 import keras
 import numpy as np
@@ -38,10 +35,9 @@ from keras import ops
 
 from keras_vit.layers.patch_corruption import PatchCorruption
 from keras_vit.model import ViT
-from keras_vit.training import data as data_lib
-from keras_vit.training.config import MASKED_PATCH, TrainConfig  # noqa: F401 (the recipe, re-exported)
-from keras_vit.training.evaluation import extract_features, few_shot_linear_eval
-from keras_vit.training.tasks import ClassificationTask, Task
+from keras_vit.training.tasks.base import Task
+from keras_vit.training.tasks.classification import ClassificationTask
+from keras_vit.training.tasks.metrics import top_k_hits
 from keras_vit.variants import get_variant
 
 COLOUR_BITS = 3
@@ -109,20 +105,17 @@ def masked_patch_loss(logits, targets, corrupted):
     keep = corrupted[..., None] > 0
     logits = tf.where(keep, logits, tf.stop_gradient(tf.zeros_like(logits)))
     cross_entropy = tf.nn.sparse_softmax_cross_entropy_with_logits(targets, logits)  # (B, N)
-    top1 = tf.equal(tf.argmax(logits, -1, output_type=tf.int32), targets)
-    k = min(5, logits.shape[-1])
-    top5 = tf.reshape(tf.nn.in_top_k(tf.reshape(targets, [-1]), tf.reshape(logits, [-1, logits.shape[-1]]), k),
-                      tf.shape(targets))
+    top1, top5 = top_k_hits(logits, targets, 1), top_k_hits(logits, targets, 5)
     return corrupted_mean(cross_entropy), {"accuracy": corrupted_mean(top1), "top5": corrupted_mean(top5)}
 
 
 class MaskedPatchModel(keras.Model):
     """A ViT whose patch embeddings are corrupted, with a colour head on every patch token.
 
-    The ViT's own layers are called in the ViT's order (ResNet stem, patch
-    embedding, [corruption], class token, position embedding, dropout,
-    encoder), so its weights are the ones trained; its pooling, pre-logits
-    and classification head are not used. `model.vit` is what is exported.
+    The ViT's own embedding path (`ViT.embed`) with the corruption hooked in
+    between the patch embedding and the class token, then its encoder: its
+    weights are the ones trained; its pooling, pre-logits and classification
+    head are not used. `model.vit` is what is exported.
 
     Args:
         vit: a keras_vit.ViT (include_preprocessing=False).
@@ -138,7 +131,6 @@ class MaskedPatchModel(keras.Model):
         self.corruption = corruption
         # float32 logits under mixed precision, as the ViT's own head.
         self.colour_head = keras.layers.Dense(num_classes, name="colour_head", dtype="float32")
-        self.embedding_dropout = vit.get_layer("embedding_dropout")
         tokens_shape = (None, vit.grid_size[0] * vit.grid_size[1], vit.config.hidden_size)
         self.corruption.build(tokens_shape)
         self.colour_head.build(tokens_shape)
@@ -149,16 +141,16 @@ class MaskedPatchModel(keras.Model):
         self.built = True
 
     def call(self, images, training=False):
-        vit = self.vit
-        x = vit.resnet(images, training=training) if vit.resnet is not None else images
-        tokens = vit.patch_embedding(x)  # (B, N, D)
-        tokens, corrupted, kinds = self.corruption(tokens)
-        x = vit.class_token(tokens) if vit.class_token is not None else tokens  # (B, [1 +] N, D)
-        x = self.embedding_dropout(vit.position_embedding(x), training=training)
-        x = vit.encoder(x, training=training)
-        if vit.class_token is not None:
+        corruption = {}
+
+        def corrupt(tokens):  # (B, N, D) patch tokens, before the class token
+            tokens, corruption["corrupted"], corruption["kinds"] = self.corruption(tokens)
+            return tokens
+
+        x = self.vit.encoder(self.vit.embed(images, training=training, patch_hook=corrupt), training=training)
+        if self.vit.class_token is not None:
             x = x[:, 1:]  # the patch tokens (B, N, D)
-        return {"logits": self.colour_head(x), "corrupted": corrupted, "kinds": kinds}
+        return {"logits": self.colour_head(x), **corruption}
 
 
 def patch_features(vit: ViT) -> keras.Model:
@@ -226,39 +218,3 @@ class MaskedPatchTask(Task):
         fresh.set_weights(self._initial_weights)
         return patch_features(fresh)
 
-
-def random_init_fewshot(task: MaskedPatchTask, model_path: str, config: TrainConfig) -> dict:
-    """The few-shot evaluation of `task.baseline_feature_model`, with the
-    trainer's data, shots and regularisation."""
-    exported = keras.models.load_model(model_path, compile=False)
-    source = data_lib.open_source(config)
-    pipeline = data_lib.Pipeline(exported.image_size, exported.num_channels)
-    batch_size = config.eval_batch_size or config.micro_batch_size
-    feature_model = task.baseline_feature_model(exported)
-    pool = data_lib.plain_dataset(source, pipeline, source.train_split, batch_size, limit=config.fewshot_pool)
-    test = data_lib.plain_dataset(source, pipeline, source.eval_split, batch_size)
-    train_x, train_y = extract_features(feature_model, pool)
-    test_x, test_y = extract_features(feature_model, test)
-    accuracies = few_shot_linear_eval(train_x, train_y, test_x, test_y, shots=config.fewshot_shots,
-                                      l2_reg=config.fewshot_l2, num_classes=source.num_classes, seed=config.seed)
-    return {f"{k}shot": acc for k, acc in accuracies.items()}
-
-
-def pretrain(config: TrainConfig, task: Optional[MaskedPatchTask] = None, **train_kwargs) -> dict:
-    """keras_vit.training.train with a MaskedPatchTask, plus the few-shot
-    evaluation at random initialisation ("fewshot_random_init" in the
-    returned dict and in results.json) when config.fewshot_shots is set and
-    the trainer did not already compute it."""
-    from keras_vit.training.loop import train
-
-    task = task or MaskedPatchTask()
-    results = train(config, task=task, **train_kwargs)
-    if config.fewshot_shots and "fewshot_random_init" not in results and "model_path" in results:
-        results["fewshot_random_init"] = random_init_fewshot(task, results["model_path"], config)
-        path = os.path.join(config.workdir, "results.json")
-        with open(path) as f:
-            written = json.load(f)
-        written["fewshot_random_init"] = results["fewshot_random_init"]
-        with open(path, "w") as f:
-            json.dump(written, f, indent=2, default=str)
-    return results
