@@ -67,6 +67,12 @@ class ViTConfig:
         attention_dropout_rate: dropout on the attention probabilities.
         stochastic_depth_rate: drop-path rate of the last block; block i uses
             rate * i / (num_layers - 1).
+        layer_norm_epsilon: epsilon of every LayerNorm: 1e-6 in the official
+            code (and timm, keras-hub), 1e-12 in HF transformers' ViT.
+        gelu_approximate: the MLP's GELU: True is the tanh approximation of
+            the official code, False the exact (erf) GELU of HF transformers
+            (hidden_act="gelu"), timm and keras-hub. A checkpoint reproduces
+            its source's outputs only with its source's choice.
     """
 
     patch_size: int
@@ -80,6 +86,8 @@ class ViTConfig:
     dropout_rate: float = 0.0
     attention_dropout_rate: float = 0.0
     stochastic_depth_rate: float = 0.0
+    layer_norm_epsilon: float = 1e-6
+    gelu_approximate: bool = True
 
     def __post_init__(self):
         if isinstance(self.resnet, dict):
@@ -99,6 +107,10 @@ class ViTConfig:
         for field in ("dropout_rate", "attention_dropout_rate", "stochastic_depth_rate"):
             if not 0.0 <= getattr(self, field) < 1.0:
                 raise ValueError(f"ViTConfig.{field} must be in [0, 1), got {getattr(self, field)!r}.")
+        if not 0.0 < float(self.layer_norm_epsilon) < 1.0:
+            raise ValueError(f"ViTConfig.layer_norm_epsilon must be in (0, 1), got {self.layer_norm_epsilon!r}.")
+        object.__setattr__(self, "layer_norm_epsilon", float(self.layer_norm_epsilon))
+        object.__setattr__(self, "gelu_approximate", bool(self.gelu_approximate))
 
     @property
     def total_stride(self) -> int:
