@@ -20,6 +20,8 @@ class ResNetConfig:
         num_layers: bottleneck units per stage, e.g. (3, 4, 9) for the
             R50 stem of R50+ViT-B/16 (the paper drops stage 4 and moves its
             units into stage 3). Each stage after the first halves the grid.
+            () is the root block alone (conv, GroupNorm, max-pool), as in
+            AugReg's R+Ti/16.
         width_factor: multiplies the base width of 64 channels.
     """
 
@@ -28,10 +30,10 @@ class ResNetConfig:
 
     def __post_init__(self):
         object.__setattr__(self, "num_layers", tuple(int(n) for n in self.num_layers))
-        if not self.num_layers or any(n < 1 for n in self.num_layers):
+        if any(n < 1 for n in self.num_layers):
             raise ValueError(
-                f"ResNetConfig.num_layers must be a non-empty tuple of positive "
-                f"unit counts, got {self.num_layers!r}."
+                f"ResNetConfig.num_layers must be a tuple of positive unit counts "
+                f"(() for the root block alone), got {self.num_layers!r}."
             )
         if self.width_factor < 1:
             raise ValueError(f"ResNetConfig.width_factor must be >= 1, got {self.width_factor}.")
@@ -42,8 +44,8 @@ class ResNetConfig:
 
     @property
     def stride(self) -> int:
-        """Total downsampling: root conv (2) * max-pool (2) * one 2 per later stage."""
-        return 4 * 2 ** (len(self.num_layers) - 1)
+        """Total downsampling: root conv (2) * max-pool (2) * one 2 per stage after the first."""
+        return 4 * 2 ** max(len(self.num_layers) - 1, 0)
 
 
 @dataclasses.dataclass(frozen=True)

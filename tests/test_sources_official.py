@@ -39,3 +39,16 @@ def test_a_family_name_needs_a_variant():
 def test_unknown_source_says_what_is_accepted():
     with pytest.raises(ValueError, match="neither an existing file or directory nor a known name.*hf:ORG/NAME"):
         keras_vit.from_pretrained("/no/such/checkpoint")
+
+
+def test_root_only_hybrid_like_r_ti16(tmp_path, rng):
+    # R+Ti/16's layout at a tiny size: conv_root + gn_root, no units, patches on the /4 map.
+    config = tiny_config(patch_size=2, resnet=keras_vit.ResNetConfig(num_layers=()))
+    params = official_params(config, grid=(2, 2), num_classes=3, rng=rng)
+    assert not any(key.startswith("block") for key in params)
+    model = keras_vit.from_pretrained(write_npz(tmp_path / "r.npz", params))
+    assert model.config == config and model.image_size == (16, 16)
+    by_key = keras_vit.weights.variables_by_key(model)
+    assert set(by_key) == set(params)
+    for key, value in params.items():
+        np.testing.assert_array_equal(np.asarray(by_key[key]), value, err_msg=key)
