@@ -81,8 +81,8 @@ def refuse_pickle(path) -> None:
     raise ValueError(
         f"{os.fspath(path)!r} is a PyTorch pickle (pytorch_model.bin / .pt / .pth): keras-vit never unpickles "
         f"files. Convert it to safetensors where you trust it, e.g. "
-        f"`model = transformers.ViTForImageClassification.from_pretrained(DIR); "
-        f"model.save_pretrained(DIR, safe_serialization=True)`, and pass the directory with model.safetensors."
+        f"`transformers.ViTForImageClassification.from_pretrained(DIR).save_pretrained(NEW_DIR)` (transformers "
+        f"writes model.safetensors), and pass NEW_DIR."
     )
 
 
