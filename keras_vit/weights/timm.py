@@ -142,8 +142,9 @@ def read_timm(weights_path, config_path=None, source=None) -> Checkpoint:
     if "blocks.0.attn.qkv.bias" not in tensors:
         raise ValueError(f"{where} was built with qkv_bias=False: keras-vit's attention always has query/key/"
                          f"value biases, so this layout cannot be expressed.")
-    pool = timm_config.get("global_pool", "token")
     has_cls = "cls_token" in tensors
+    # "" (no pooling: a feature extractor) reads like the model's own pooling.
+    pool = timm_config.get("global_pool") or ("token" if has_cls else "avg")
     if pool not in ("token", "avg", "") or (pool == "token") != has_cls:
         raise ValueError(f"{where} pools with global_pool={pool!r} {'with' if has_cls else 'without'} a class "
                          f"token; keras-vit reads the class token or averages a model without one.")
