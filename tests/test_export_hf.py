@@ -2,7 +2,7 @@
 process by transformers itself; and ONNX's one-line refusal of the exact GELU."""
 
 import json
-import numpy as np
+
 import pytest
 
 import keras_vit

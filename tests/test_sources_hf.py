@@ -4,8 +4,6 @@ load with their logits; ours written by save_pretrained load in transformers
 with ours."""
 
 import json
-import subprocess
-import sys
 
 import numpy as np
 import pytest

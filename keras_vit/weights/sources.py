@@ -16,11 +16,8 @@ Every adapter returns the same Checkpoint (config + official-layout params);
 
 from __future__ import annotations
 
-import logging
 import os
 from keras_vit.weights.checkpoint import Checkpoint, infer_official_config, read_json, refuse_pickle
-
-logger = logging.getLogger("keras_vit")
 
 PREFIXES = ("hf:", "timm:", "kerashub:")
 _PICKLES = (".bin", ".pt", ".pth", ".ckpt", ".pkl")
