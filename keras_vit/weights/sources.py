@@ -17,6 +17,7 @@ Every adapter returns the same Checkpoint (config + official-layout params);
 from __future__ import annotations
 
 import os
+
 from keras_vit.weights.checkpoint import Checkpoint, infer_official_config, read_json, refuse_pickle
 
 PREFIXES = ("hf:", "timm:", "kerashub:")
