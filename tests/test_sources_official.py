@@ -7,6 +7,7 @@ import keras_vit
 from tests.conftest import tiny_config, tiny_hybrid_config
 from tests.layers import reference
 from tests.official_format import official_params, write_npz
+from tests.test_checkpoints import checkpoint_server  # noqa: F401  (the loopback checkpoint bucket)
 
 
 @pytest.mark.parametrize("classifier,representation", [("token", 16), ("gap", None)])
@@ -37,7 +38,7 @@ def test_a_family_name_needs_a_variant():
 
 
 def test_unknown_source_says_what_is_accepted():
-    with pytest.raises(ValueError, match="neither an existing file or directory nor a known name.*hf:ORG/NAME"):
+    with pytest.raises(ValueError, match="neither an existing file nor a known checkpoint name.*hf:ORG/NAME"):
         keras_vit.from_pretrained("/no/such/checkpoint")
 
 
@@ -52,3 +53,15 @@ def test_root_only_hybrid_like_r_ti16(tmp_path, rng):
     assert set(by_key) == set(params)
     for key, value in params.items():
         np.testing.assert_array_equal(np.asarray(by_key[key]), value, err_msg=key)
+
+
+def test_official_name_and_variant_downloads_and_infers(checkpoint_server, rng):  # noqa: F811
+    www, requests = checkpoint_server
+    config = keras_vit.get_variant("Ti/16").replace(num_layers=1)  # the file decides: 1 block here
+    params = official_params(config, (2, 2), 5, rng=rng)
+    (www / "augreg").mkdir()
+    write_npz(www / keras_vit.weights.CHECKPOINTS["augreg-imagenet21k"]["Ti/16"], params)
+    model = keras_vit.from_pretrained("augreg-imagenet21k:Ti/16")
+    assert model.config == config and model.image_size == (32, 32) and model.num_classes == 5
+    np.testing.assert_array_equal(np.asarray(model.head.kernel), params["head/kernel"])
+    assert len([r for r in requests if r.endswith(".npz")]) == 1

@@ -137,26 +137,13 @@ def save_weights(model, path) -> str:
 
 
 def load_weights(model, weights) -> None:
-    """Loads `weights` into `model`: a path to an official-format `.npz`, a
-    checkpoint name (see keras_vit.available_weights), a params dict, or any
-    other source keras_vit.from_pretrained reads (an HF / keras-hub / timm
-    directory or file, "hf:ORG/NAME", "timm:NAME", "kerashub:PRESET")."""
-    from keras_vit.weights.hub import CHECKPOINTS, checkpoint_url, download
-    from keras_vit.weights.sources import PREFIXES, load_source
+    """Loads `weights` into `model`: a params dict in the official layout, or any
+    source keras_vit.from_pretrained reads: a path to an official-format `.npz`,
+    an official checkpoint name (see keras_vit.available_weights), an HF /
+    keras-hub / timm directory or file, "hf:ORG/NAME", "timm:NAME",
+    "kerashub:PRESET". Every source ends in load_checkpoint."""
+    from keras_vit.weights.sources import load_source
 
     if isinstance(weights, Mapping):
         return load_checkpoint(model, weights)
-    weights = os.fspath(weights)
-    if weights in CHECKPOINTS:
-        path = download(checkpoint_url(model.config, weights))
-    elif weights.startswith(PREFIXES) or (os.path.exists(weights) and not weights.endswith(".npz")):
-        return load_source(model, weights)
-    elif os.path.exists(weights):
-        path = weights
-    else:
-        raise ValueError(
-            f"weights={weights!r} is neither an existing file nor a known checkpoint name. "
-            f"Known names: {list(CHECKPOINTS)}; or pass the path to an official-format .npz file, an HF "
-            f"transformers / keras-hub / timm checkpoint, or 'hf:ORG/NAME', 'timm:NAME', 'kerashub:PRESET'."
-        )
-    load_checkpoint(model, read_npz(path))
+    load_source(model, weights)

@@ -20,7 +20,6 @@ import os
 
 from keras_vit.weights.checkpoint import Checkpoint, infer_official_config, read_json, refuse_pickle
 
-PREFIXES = ("hf:", "timm:", "kerashub:")
 _PICKLES = (".bin", ".pt", ".pth", ".ckpt", ".pkl")
 
 
@@ -29,11 +28,13 @@ def _split_revision(name: str):
     return repo, (revision or None)
 
 
-def open_checkpoint(source, official_variant=None) -> Checkpoint:
+def open_checkpoint(source, official_variant=None, model=None) -> Checkpoint:
     """Reads any supported checkpoint source into a Checkpoint.
 
     official_variant: for an official checkpoint *name* ("imagenet21k"), the
     variant to fetch (names alone do not say which file).
+    model: the model it is for, when its architecture is given (weights=):
+    official files are then read as that architecture instead of inferring one.
     """
     from keras_vit.weights import hub, npz
 
@@ -55,6 +56,8 @@ def open_checkpoint(source, official_variant=None) -> Checkpoint:
         from keras_vit.weights.kerashub import read_kerashub
 
         return read_kerashub(source[len("kerashub:"):], source=source)
+    if model is not None and official_variant is None:
+        official_variant = model.config
     if source in hub.CHECKPOINTS:
         if official_variant is None:
             raise ValueError(
@@ -62,13 +65,13 @@ def open_checkpoint(source, official_variant=None) -> Checkpoint:
                 f"keras_vit.ViT_B16(weights={source!r}) or from_pretrained('{source}:B/16')."
             )
         path = hub.download(hub.checkpoint_url(official_variant, source))
-        return infer_official_config(npz.read_npz(path), source=f"{source} ({official_variant})")
+        return _official(npz.read_npz(path), path, model)
     if ":" in source and source.split(":", 1)[0] in hub.CHECKPOINTS:  # "augreg-imagenet21k:B/16"
         name, variant = source.split(":", 1)
         return open_checkpoint(name, official_variant=variant)
     if not os.path.exists(source):
         raise ValueError(
-            f"Checkpoint source {source!r} is neither an existing file or directory nor a known name. Pass a "
+            f"Checkpoint source {source!r} is neither an existing file nor a known checkpoint name. Pass a "
             f"local path (an official .npz, an HF transformers directory, a keras-hub preset directory, a timm "
             f"model.safetensors), 'hf:ORG/NAME', 'timm:NAME', 'kerashub:PRESET', or an official name "
             f"{list(hub.CHECKPOINTS)}."
@@ -79,7 +82,7 @@ def open_checkpoint(source, official_variant=None) -> Checkpoint:
     if lower.endswith(_PICKLES):
         refuse_pickle(source)
     if lower.endswith(".npz"):
-        return infer_official_config(npz.read_npz(source), source=source)
+        return _official(npz.read_npz(source), source, model)
     if lower.endswith(".safetensors"):
         directory = os.path.dirname(os.path.abspath(source))
         from keras_vit.weights.hf import is_hf_directory, read_hf_directory
@@ -94,6 +97,14 @@ def open_checkpoint(source, official_variant=None) -> Checkpoint:
         raise ValueError(f"{source!r} is a Keras file: load it with keras.models.load_model (a whole model) "
                          f"or model.load_weights (.weights.h5), not as a checkpoint source.")
     raise ValueError(f"{source!r} is not a checkpoint keras-vit reads: expected .npz, .safetensors or a directory.")
+
+
+def _official(params, where, model) -> Checkpoint:
+    if model is None:
+        return infer_official_config(params, source=where)
+    # The architecture is given: the strict loader names any difference, tensor by tensor.
+    return Checkpoint(config=model.config, params=params, image_size=model.image_size, source=where,
+                      num_channels=model.num_channels)
 
 
 def _open_directory(directory) -> Checkpoint:
@@ -167,16 +178,14 @@ def from_pretrained(source, **overrides):
 
 
 def load_source(model, source) -> None:
-    """`weights=` for any non-official source, into a model whose architecture is given:
-    the architecture must match (the strict loader checks every shape) and so must the
-    numerics, or the model would not reproduce its source."""
+    """`weights=` of the constructors: any source, into a model whose architecture is given.
+    The strict loader checks every tensor against it; a foreign source must also have the
+    model's numerics (GELU form, LayerNorm eps), or the model would not reproduce it."""
     from keras_vit.weights.npz import load_checkpoint
 
-    checkpoint = open_checkpoint(source, official_variant=model.config)
-    official = source.lower().endswith(".npz") if isinstance(source, str) else False
+    checkpoint = open_checkpoint(source, model=model)
     mine, theirs = model.config, checkpoint.config
-    if not official and (mine.gelu_approximate, mine.layer_norm_epsilon) != (theirs.gelu_approximate,
-                                                                            theirs.layer_norm_epsilon):
+    if (mine.gelu_approximate, mine.layer_norm_epsilon) != (theirs.gelu_approximate, theirs.layer_norm_epsilon):
         raise ValueError(
             f"{checkpoint.source} was trained with {_numerics(theirs)}, but the model uses {_numerics(mine)}, "
             f"so it would not reproduce the checkpoint's outputs. Build it with "
