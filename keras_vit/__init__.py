@@ -7,8 +7,10 @@
 from keras_vit import layers
 from keras_vit.weights import (
     available_weights,
+    from_pretrained,
     load_weights,
     resize_position_embedding,
+    save_pretrained,
     save_weights,
 )
 from keras_vit.config import ResNetConfig, ViTConfig
@@ -42,10 +44,12 @@ ViT_H14 = _constructor("H/14")
 R50_ViT_B16 = _constructor("R50+B/16")
 R26_ViT_S32 = _constructor("R26+S/32")
 R50_ViT_L32 = _constructor("R50+L/32")
+R26_ViT_B32 = _constructor("R26+B/32")
+R_ViT_Ti16 = _constructor("R+Ti/16")
 
 __all__ = [
-    "R26_ViT_S32", "R50_ViT_B16", "R50_ViT_L32", "ResNetConfig", "VARIANTS", "ViT", "ViTConfig",
+    "R26_ViT_B32", "R26_ViT_S32", "R50_ViT_B16", "R_ViT_Ti16", "R50_ViT_L32", "ResNetConfig", "VARIANTS", "ViT", "ViTConfig",
     "ViT_B16", "ViT_B32", "ViT_B8", "ViT_H14", "ViT_L16", "ViT_L32", "ViT_S16", "ViT_S32", "ViT_Ti16",
-    "available_weights", "get_variant", "layers", "list_variants", "load_weights", "preprocess_input",
-    "resize_position_embedding", "save_weights",
+    "available_weights", "from_pretrained", "get_variant", "layers", "list_variants", "load_weights", "preprocess_input",
+    "resize_position_embedding", "save_pretrained", "save_weights",
 ]

@@ -20,6 +20,8 @@ class ResNetConfig:
         num_layers: bottleneck units per stage, e.g. (3, 4, 9) for the
             R50 stem of R50+ViT-B/16 (the paper drops stage 4 and moves its
             units into stage 3). Each stage after the first halves the grid.
+            () is the root block alone (conv, GroupNorm, max-pool), as in
+            AugReg's R+Ti/16.
         width_factor: multiplies the base width of 64 channels.
     """
 
@@ -28,10 +30,10 @@ class ResNetConfig:
 
     def __post_init__(self):
         object.__setattr__(self, "num_layers", tuple(int(n) for n in self.num_layers))
-        if not self.num_layers or any(n < 1 for n in self.num_layers):
+        if any(n < 1 for n in self.num_layers):
             raise ValueError(
-                f"ResNetConfig.num_layers must be a non-empty tuple of positive "
-                f"unit counts, got {self.num_layers!r}."
+                f"ResNetConfig.num_layers must be a tuple of positive unit counts "
+                f"(() for the root block alone), got {self.num_layers!r}."
             )
         if self.width_factor < 1:
             raise ValueError(f"ResNetConfig.width_factor must be >= 1, got {self.width_factor}.")
@@ -42,8 +44,8 @@ class ResNetConfig:
 
     @property
     def stride(self) -> int:
-        """Total downsampling: root conv (2) * max-pool (2) * one 2 per later stage."""
-        return 4 * 2 ** (len(self.num_layers) - 1)
+        """Total downsampling: root conv (2) * max-pool (2) * one 2 per stage after the first."""
+        return 4 * 2 ** max(len(self.num_layers) - 1, 0)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -67,6 +69,12 @@ class ViTConfig:
         attention_dropout_rate: dropout on the attention probabilities.
         stochastic_depth_rate: drop-path rate of the last block; block i uses
             rate * i / (num_layers - 1).
+        layer_norm_epsilon: epsilon of every LayerNorm: 1e-6 in the official
+            code (and timm, keras-hub), 1e-12 in HF transformers' ViT.
+        gelu_approximate: the MLP's GELU: True is the tanh approximation of
+            the official code, False the exact (erf) GELU of HF transformers
+            (hidden_act="gelu"), timm and keras-hub. A checkpoint reproduces
+            its source's outputs only with its source's choice.
     """
 
     patch_size: int
@@ -80,6 +88,8 @@ class ViTConfig:
     dropout_rate: float = 0.0
     attention_dropout_rate: float = 0.0
     stochastic_depth_rate: float = 0.0
+    layer_norm_epsilon: float = 1e-6
+    gelu_approximate: bool = True
 
     def __post_init__(self):
         if isinstance(self.resnet, dict):
@@ -99,6 +109,10 @@ class ViTConfig:
         for field in ("dropout_rate", "attention_dropout_rate", "stochastic_depth_rate"):
             if not 0.0 <= getattr(self, field) < 1.0:
                 raise ValueError(f"ViTConfig.{field} must be in [0, 1), got {getattr(self, field)!r}.")
+        if not 0.0 < float(self.layer_norm_epsilon) < 1.0:
+            raise ValueError(f"ViTConfig.layer_norm_epsilon must be in (0, 1), got {self.layer_norm_epsilon!r}.")
+        object.__setattr__(self, "layer_norm_epsilon", float(self.layer_norm_epsilon))
+        object.__setattr__(self, "gelu_approximate", bool(self.gelu_approximate))
 
     @property
     def total_stride(self) -> int:

@@ -102,6 +102,8 @@ class ViT(keras.Model):
             config.dropout_rate,
             config.attention_dropout_rate,
             config.stochastic_depth_rate,
+            config.layer_norm_epsilon,
+            config.gelu_approximate,
             name="Transformer",
         )
         pooling = vit_layers.TokenPooling(config.classifier, name="pooling")

@@ -3,7 +3,10 @@
 Everything else (the `ViT_B16`-style constructors, the checkpoint names, the
 tests' parameter counts) is keyed by these names and never repeats the sizes.
 A hybrid's patch size is 1 on the ResNet feature map; its name gives the total
-stride ("R50+B/16": 16 pixels per token side).
+stride ("R50+B/16": 16 pixels per token side). The exception is vit_jax's own
+name for R+Ti/16: its ResNet is the root block alone (stride 4) under 8x8
+patches, 32 pixels per token side (timm: vit_tiny_r_s16_p8), under the name
+of its AugReg checkpoint.
 """
 
 from __future__ import annotations
@@ -50,6 +53,9 @@ VARIANTS: Dict[str, ViTConfig] = {
     "R50+B/16": _vit("B", 1, ResNetConfig(num_layers=(3, 4, 9))),
     "R26+S/32": _vit("S", 1, ResNetConfig(num_layers=(2, 2, 2, 2))),
     "R50+L/32": _vit("L", 1, ResNetConfig(num_layers=(3, 4, 6, 3))),
+    "R26+B/32": _vit("B", 1, ResNetConfig(num_layers=(2, 2, 2, 2))),
+    # vit_jax's R_Ti_16: the root block only, then 8x8 patches (see the module docstring).
+    "R+Ti/16": _vit("Ti", 8, ResNetConfig(num_layers=())),
 }
 
 

@@ -9,7 +9,10 @@ from keras_vit.variants import canonical_name
 # ViT-B/16, L/16, H/14 and R50+B/16 figures are the ones the official
 # implementation reports; the others agree with timm's published counts
 # (Ti/16 5.72M, S/16 22.05M, S/32 22.88M, B/8 86.58M, B/32 88.22M,
-# L/32 306.54M, R26+S/32 36.43M, R50+L/32 328.99M).
+# L/32 306.54M, R26+S/32 36.43M, R50+L/32 328.99M). R+Ti/16 and R26+B/32 are
+# summed by hand from vit_jax's configs (R_Ti_16: root conv 7x7x3x64 + GroupNorm,
+# 8x8x64x192 patch embedding, 7x7+1 tokens at 224; R26+B/32: R26+S/32's ResNet,
+# 13,946,176, plus a B/32-sized transformer on 2048-channel 1x1 patches).
 PARAMETER_COUNTS = {
     "Ti/16": 5_717_416,
     "S/16": 22_050_664,
@@ -23,6 +26,8 @@ PARAMETER_COUNTS = {
     "R50+B/16": 98_659_112,
     "R26+S/32": 36_431_912,
     "R50+L/32": 328_994_856,
+    "R+Ti/16": 6_337_704,
+    "R26+B/32": 101_383_976,
     "Mu/4": 402_984,  # the CPU demo's micro size (not from the paper)
 }
 
@@ -61,7 +66,7 @@ def test_unknown_variant_is_a_clear_error():
     (keras_vit.ViT_B8, "B/8"), (keras_vit.ViT_B16, "B/16"), (keras_vit.ViT_B32, "B/32"),
     (keras_vit.ViT_L16, "L/16"), (keras_vit.ViT_L32, "L/32"), (keras_vit.ViT_H14, "H/14"),
     (keras_vit.R50_ViT_B16, "R50+B/16"), (keras_vit.R26_ViT_S32, "R26+S/32"),
-    (keras_vit.R50_ViT_L32, "R50+L/32"),
+    (keras_vit.R50_ViT_L32, "R50+L/32"), (keras_vit.R_ViT_Ti16, "R+Ti/16"), (keras_vit.R26_ViT_B32, "R26+B/32"),
 ])
 def test_named_constructors_follow_the_table(constructor, name, monkeypatch):
     # Records the call instead of building (every variant twice would be slow).
@@ -69,3 +74,20 @@ def test_named_constructors_follow_the_table(constructor, name, monkeypatch):
     monkeypatch.setattr(keras_vit, "ViT", lambda variant, **kw: calls.append((variant, kw)))
     constructor(image_size=384, num_classes=10, weights="w.npz", representation_size=64)
     assert calls == [(name, dict(image_size=384, num_classes=10, weights="w.npz", representation_size=64))]
+
+
+def test_r_ti16_is_the_root_block_under_8x8_patches():
+    # vit_jax's R_Ti_16: ResNet num_layers=() (conv_root, gn_root, max-pool: stride 4), patches 8 -> 32 px/token.
+    config = keras_vit.get_variant("R+ViT-Ti_16")
+    assert config.resnet.num_layers == () and config.resnet.stride == 4 and config.total_stride == 32
+    model = keras_vit.R_ViT_Ti16(image_size=384, num_classes=10)
+    assert model.grid_size == (12, 12) and model.resnet.units == []
+
+
+def test_recommended_augreg_checkpoints_by_name():
+    url = keras_vit.weights.checkpoint_url("R+Ti/16", "augreg-recommended-imagenet21k+imagenet2012-384")
+    assert url.endswith("augreg/R_Ti_16-i21k-300ep-lr_0.001-aug_none-wd_0.03-do_0.0-sd_0.0--imagenet2012-steps_20k-"
+                        "lr_0.03-res_384.npz")
+    assert keras_vit.weights.checkpoint_url("L/16", "augreg-recommended-imagenet21k").endswith(
+        "augreg/L_16-i21k-300ep-lr_0.001-aug_strong1-wd_0.1-do_0.0-sd_0.0.npz")
+    assert len(keras_vit.weights.CHECKPOINTS["augreg-recommended-imagenet21k+imagenet2012-384"]) == 9

@@ -10,12 +10,13 @@ import sys
 
 
 def add_arguments(parser):
-    from keras_vit.export.pipeline import FORMATS
+    from keras_vit.export.pipeline import FORMATS, OPTIONAL_FORMATS
 
     parser.add_argument("source", help="a .keras file, a training workdir (with model.keras), or a variant name "
                                        "such as B/16 (then --weights is required)")
     parser.add_argument("--formats", default=",".join(FORMATS),
-                        help=f"comma-separated, out of {','.join(FORMATS)} (default: all)")
+                        help=f"comma-separated, out of {','.join(FORMATS + OPTIONAL_FORMATS)} (default: "
+                             f"{','.join(FORMATS)})")
     parser.add_argument("--out", default="exports", help="output folder (default: exports)")
     parser.add_argument("--name", help="artifact name (default: the workdir or file name)")
     parser.add_argument("--version", type=int, help="SavedModel version (default: one above the highest present)")

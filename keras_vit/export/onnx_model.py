@@ -21,6 +21,11 @@ def check(model):
         import tf2onnx  # noqa: F401
     except ImportError as error:
         raise ImportError(f"ONNX export needs tf2onnx and onnxruntime: pip install 'keras-vit[onnx]' ({error}).") from None
+    config = getattr(model, "config", None)
+    if config is not None and not getattr(config, "gelu_approximate", True):
+        raise ValueError(f"{model.name} uses the exact GELU (gelu_approximate=False, as HF/timm/keras-hub "
+                         f"checkpoints do), which tf2onnx cannot convert (no Erfc); export saved_model, tflite or "
+                         f"hf, or rebuild with gelu_approximate=True (outputs change slightly).")
     if model.count_params() * 4 >= PROTOBUF_LIMIT:
         raise ValueError(f"{model.name} has {model.count_params():,} float32 parameters, over the 2 GiB an ONNX "
                          f"protobuf holds (tf2onnx's large_model zip format is not supported here).")

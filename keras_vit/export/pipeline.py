@@ -8,6 +8,7 @@ Layout of `out` (TF Serving reads `<out>/<name>/`, serving its highest version):
     <out>/<name>.dynamic-int8.tflite dynamic-range int8
     <out>/<name>.int8.tflite         int8 weights and activations, calibrated
     <out>/<name>.onnx                ONNX (tf2onnx)
+    <out>/<name>-hf/                 HF transformers ViT directory (only when asked for: --formats hf)
     <out>/labels.txt                 one class name per line, index = class id
     <out>/report.json                the validation report
 
@@ -28,7 +29,10 @@ from typing import Dict, Iterable, Optional, Union
 import numpy as np
 
 FORMATS = ("saved_model", "tflite", "tflite-fp16", "tflite-dynamic", "tflite-int8", "onnx")
+# Built only when named: validating them needs the `reference` extra (torch, transformers).
+OPTIONAL_FORMATS = ("hf",)
 FILE_SUFFIXES = {
+    "hf": "-hf",
     "tflite": ".tflite",
     "tflite-fp16": ".fp16.tflite",
     "tflite-dynamic": ".dynamic-int8.tflite",
@@ -54,9 +58,10 @@ class ExportFailed(RuntimeError):
 def parse_formats(formats: Union[str, Iterable[str]]):
     names = [f.strip() for f in (formats.split(",") if isinstance(formats, str) else formats) if f.strip()]
     names = [n.replace("_", "-") if n.startswith("tflite") else n.replace("-", "_") for n in names]
-    unknown = [n for n in names if n not in FORMATS]
+    unknown = [n for n in names if n not in FORMATS + OPTIONAL_FORMATS]
     if unknown or not names:
-        raise ExportError(f"Unknown export format(s) {unknown or names}; choose from {', '.join(FORMATS)}.")
+        raise ExportError(f"Unknown export format(s) {unknown or names}; choose from "
+                          f"{', '.join(FORMATS + OPTIONAL_FORMATS)}.")
     return list(dict.fromkeys(names))
 
 
@@ -208,8 +213,10 @@ def export(model_or_path, formats=FORMATS, out="exports", *, validation_data=Non
 
 
 def _checker(fmt):
-    from keras_vit.export import onnx_model, saved_model, tflite
+    from keras_vit.export import hf, onnx_model, saved_model, tflite
 
+    if fmt == "hf":
+        return hf.check
     if fmt == "saved_model":
         return saved_model.check
     if fmt == "onnx":
@@ -218,9 +225,11 @@ def _checker(fmt):
 
 
 def _build(fmt, model, labels, path, scratch, top_k, calibration, calibration_reference, limits):
-    from keras_vit.export import onnx_model, saved_model, tflite
+    from keras_vit.export import hf, onnx_model, saved_model, tflite
 
     os.makedirs(os.path.dirname(path), exist_ok=True)
+    if fmt == "hf":
+        return hf.write(model, labels, path)
     if fmt == "saved_model":
         saved_model.write(model, labels, path, top_k=top_k)
         return {"signatures": list(saved_model.SIGNATURES), "top_k": min(top_k, len(labels))}

@@ -10,6 +10,7 @@ THRESHOLDS: Dict[str, Dict[str, float]] = {
     "saved_model": {"max_abs_diff": 1e-4, "min_agreement": None, "max_accuracy_drop": None},
     "tflite": {"max_abs_diff": 1e-4, "min_agreement": None, "max_accuracy_drop": None},
     "onnx": {"max_abs_diff": 1e-4, "min_agreement": None, "max_accuracy_drop": None},
+    "hf": {"max_abs_diff": 1e-4, "min_agreement": None, "max_accuracy_drop": None},
     # float16 weights: ~3 significant digits.
     "tflite-fp16": {"max_abs_diff": 1e-2, "min_agreement": 0.99, "max_accuracy_drop": 0.005},
     # int8 weights, activations quantised on the fly per call.

@@ -75,7 +75,23 @@ def run_onnx(path, images, runs):
     return {"probabilities": probabilities}, _median_latency_ms(predict_one, images[:1], runs)
 
 
-RUNNERS = {"saved_model": run_saved_model, "tflite": run_tflite, "onnx": run_onnx}
+def run_hf(path, images, runs):
+    # What a transformers user runs: their processor's (x / 255 - 0.5) / 0.5, i.e. [-1, 1], then softmax.
+    import torch
+    import transformers
+
+    torch.set_num_threads(1)
+    model = transformers.ViTForImageClassification.from_pretrained(path).eval()
+
+    def predict_one(batch):
+        pixels = torch.from_numpy(np.ascontiguousarray((batch / 127.5 - 1.0).transpose(0, 3, 1, 2)))
+        with torch.no_grad():
+            return torch.softmax(model(pixel_values=pixels).logits, dim=-1).numpy()
+
+    return {"probabilities": predict_one(images)}, _median_latency_ms(predict_one, images[:1], runs)
+
+
+RUNNERS = {"saved_model": run_saved_model, "tflite": run_tflite, "onnx": run_onnx, "hf": run_hf}
 
 
 def main(argv):

@@ -20,8 +20,11 @@ class Encoder(keras.layers.Layer):
     """
 
     def __init__(self, num_layers, num_heads, mlp_dim, dropout_rate=0.0, attention_dropout_rate=0.0,
-                 stochastic_depth_rate=0.0, **kwargs):
+                 stochastic_depth_rate=0.0, layer_norm_epsilon=LAYER_NORM_EPSILON, gelu_approximate=True,
+                 **kwargs):
         super().__init__(**kwargs)
+        self.layer_norm_epsilon = float(layer_norm_epsilon)
+        self.gelu_approximate = bool(gelu_approximate)
         self.num_layers = int(num_layers)
         self.num_heads = int(num_heads)
         self.mlp_dim = int(mlp_dim)
@@ -35,13 +38,15 @@ class Encoder(keras.layers.Layer):
                 self.dropout_rate,
                 self.attention_dropout_rate,
                 self.stochastic_depth_rate * i / max(self.num_layers - 1, 1),
+                self.layer_norm_epsilon,
+                self.gelu_approximate,
                 name=f"encoderblock_{i}",
                 dtype=self.dtype_policy,
             )
             for i in range(self.num_layers)
         ]
         self.encoder_norm = keras.layers.LayerNormalization(
-            epsilon=LAYER_NORM_EPSILON, name="encoder_norm", dtype=self.dtype_policy)
+            epsilon=self.layer_norm_epsilon, name="encoder_norm", dtype=self.dtype_policy)
 
     def build(self, input_shape):
         for block in self.blocks:
@@ -73,4 +78,6 @@ class Encoder(keras.layers.Layer):
             "dropout_rate": self.dropout_rate,
             "attention_dropout_rate": self.attention_dropout_rate,
             "stochastic_depth_rate": self.stochastic_depth_rate,
+            "layer_norm_epsilon": self.layer_norm_epsilon,
+            "gelu_approximate": self.gelu_approximate,
         }

@@ -20,11 +20,16 @@ class EncoderBlock(keras.layers.Layer):
         dropout_rate: dropout after attention and inside the MLP.
         attention_dropout_rate: dropout on attention probabilities.
         stochastic_depth_rate: probability of dropping each residual branch.
+        layer_norm_epsilon: of both LayerNorms (1e-6 official, 1e-12 HF).
+        gelu_approximate: tanh GELU (official) or exact (HF, timm, keras-hub).
     """
 
     def __init__(self, num_heads, mlp_dim, dropout_rate=0.0, attention_dropout_rate=0.0,
-                 stochastic_depth_rate=0.0, **kwargs):
+                 stochastic_depth_rate=0.0, layer_norm_epsilon=LAYER_NORM_EPSILON, gelu_approximate=True,
+                 **kwargs):
         super().__init__(**kwargs)
+        self.layer_norm_epsilon = float(layer_norm_epsilon)
+        self.gelu_approximate = bool(gelu_approximate)
         self.num_heads = int(num_heads)
         self.mlp_dim = int(mlp_dim)
         self.dropout_rate = float(dropout_rate)
@@ -32,12 +37,12 @@ class EncoderBlock(keras.layers.Layer):
         self.stochastic_depth_rate = float(stochastic_depth_rate)
         policy = self.dtype_policy
         self.attention_norm = keras.layers.LayerNormalization(
-            epsilon=LAYER_NORM_EPSILON, name="LayerNorm_0", dtype=policy)
+            epsilon=self.layer_norm_epsilon, name="LayerNorm_0", dtype=policy)
         self.attention = MultiHeadSelfAttention(
             self.num_heads, self.attention_dropout_rate, name="MultiHeadDotProductAttention_1", dtype=policy)
         self.mlp_norm = keras.layers.LayerNormalization(
-            epsilon=LAYER_NORM_EPSILON, name="LayerNorm_2", dtype=policy)
-        self.mlp = MlpBlock(self.mlp_dim, self.dropout_rate, name="MlpBlock_3", dtype=policy)
+            epsilon=self.layer_norm_epsilon, name="LayerNorm_2", dtype=policy)
+        self.mlp = MlpBlock(self.mlp_dim, self.dropout_rate, self.gelu_approximate, name="MlpBlock_3", dtype=policy)
         self.dropout = keras.layers.Dropout(self.dropout_rate, dtype=policy)
         self.drop_path = StochasticDepth(self.stochastic_depth_rate, dtype=policy)
 
@@ -66,4 +71,6 @@ class EncoderBlock(keras.layers.Layer):
             "dropout_rate": self.dropout_rate,
             "attention_dropout_rate": self.attention_dropout_rate,
             "stochastic_depth_rate": self.stochastic_depth_rate,
+            "layer_norm_epsilon": self.layer_norm_epsilon,
+            "gelu_approximate": self.gelu_approximate,
         }

@@ -5,17 +5,20 @@ import keras
 
 @keras.saving.register_keras_serializable(package="keras_vit")
 class MlpBlock(keras.layers.Layer):
-    """Dense(mlp_dim) -> GELU (tanh approximation, as the official code) ->
-    dropout -> Dense(D) -> dropout.
+    """Dense(mlp_dim) -> GELU -> dropout -> Dense(D) -> dropout.
+
+    `gelu_approximate=True` is the tanh approximation of the official code;
+    False is the exact (erf) GELU of HF transformers, timm and keras-hub.
 
     Initialisation as the official code: Xavier-uniform kernels, biases
     normal(stddev=1e-6).
     """
 
-    def __init__(self, mlp_dim, dropout_rate=0.0, **kwargs):
+    def __init__(self, mlp_dim, dropout_rate=0.0, gelu_approximate=True, **kwargs):
         super().__init__(**kwargs)
         self.mlp_dim = int(mlp_dim)
         self.dropout_rate = float(dropout_rate)
+        self.gelu_approximate = bool(gelu_approximate)
         self.dropout = keras.layers.Dropout(self.dropout_rate, dtype=self.dtype_policy)
 
     def build(self, input_shape):
@@ -32,7 +35,7 @@ class MlpBlock(keras.layers.Layer):
         self.dense_1.build(tuple(input_shape[:-1]) + (self.mlp_dim,))
 
     def call(self, x, training=False):
-        x = keras.activations.gelu(self.dense_0(x), approximate=True)
+        x = keras.activations.gelu(self.dense_0(x), approximate=self.gelu_approximate)
         x = self.dropout(x, training=training)
         return self.dropout(self.dense_1(x), training=training)
 
@@ -40,4 +43,5 @@ class MlpBlock(keras.layers.Layer):
         return input_shape
 
     def get_config(self):
-        return {**super().get_config(), "mlp_dim": self.mlp_dim, "dropout_rate": self.dropout_rate}
+        return {**super().get_config(), "mlp_dim": self.mlp_dim, "dropout_rate": self.dropout_rate,
+                "gelu_approximate": self.gelu_approximate}

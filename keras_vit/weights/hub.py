@@ -24,9 +24,25 @@ _AUGREG_I21K = {
     "B/32": "B_32-i21k-300ep-lr_0.001-aug_medium1-wd_0.03-do_0.0-sd_0.0",
     "L/16": "L_16-i21k-300ep-lr_0.001-aug_medium1-wd_0.1-do_0.1-sd_0.1",
     "R26+S/32": "R26_S_32-i21k-300ep-lr_0.001-aug_light0-wd_0.03-do_0.1-sd_0.1",
+    "R+Ti/16": "R_Ti_16-i21k-300ep-lr_0.001-aug_none-wd_0.03-do_0.0-sd_0.0",
 }
 # The AugReg ImageNet fine-tunes at 224 px used lr 0.03 for the small models.
-_AUGREG_FT_LR = {"Ti/16": "0.03", "S/16": "0.03", "S/32": "0.03", "B/32": "0.03", "R26+S/32": "0.03"}
+_AUGREG_FT_LR = {"Ti/16": "0.03", "S/16": "0.03", "S/32": "0.03", "B/32": "0.03", "R26+S/32": "0.03",
+                 "R+Ti/16": "0.03"}
+
+# The vit_jax README's recommended AugReg checkpoints ("the best pre-training
+# metrics"): {variant: (i21k checkpoint, learning rate of its 384 px ImageNet fine-tune)}.
+_AUGREG_RECOMMENDED = {
+    "L/16": ("L_16-i21k-300ep-lr_0.001-aug_strong1-wd_0.1-do_0.0-sd_0.0", "0.01"),
+    "B/16": ("B_16-i21k-300ep-lr_0.001-aug_medium1-wd_0.1-do_0.0-sd_0.0", "0.03"),
+    "S/16": ("S_16-i21k-300ep-lr_0.001-aug_light1-wd_0.03-do_0.0-sd_0.0", "0.03"),
+    "R50+L/32": ("R50_L_32-i21k-300ep-lr_0.001-aug_medium1-wd_0.1-do_0.1-sd_0.1", "0.01"),
+    "R26+S/32": ("R26_S_32-i21k-300ep-lr_0.001-aug_light1-wd_0.1-do_0.0-sd_0.0", "0.01"),
+    "Ti/16": ("Ti_16-i21k-300ep-lr_0.001-aug_none-wd_0.03-do_0.0-sd_0.0", "0.03"),
+    "B/32": ("B_32-i21k-300ep-lr_0.001-aug_light1-wd_0.1-do_0.0-sd_0.0", "0.01"),
+    "S/32": ("S_32-i21k-300ep-lr_0.001-aug_none-wd_0.1-do_0.0-sd_0.0", "0.01"),
+    "R+Ti/16": ("R_Ti_16-i21k-300ep-lr_0.001-aug_none-wd_0.03-do_0.0-sd_0.0", "0.03"),
+}
 
 
 def _original(variant: str) -> str:
@@ -52,6 +68,12 @@ CHECKPOINTS: Dict[str, Dict[str, str]] = {
     "augreg-imagenet21k+imagenet2012": {
         v: f"augreg/{name}--imagenet2012-steps_20k-lr_{_AUGREG_FT_LR.get(v, '0.01')}-res_224.npz"
         for v, name in _AUGREG_I21K.items()
+    },
+    "augreg-recommended-imagenet21k": {v: f"augreg/{name}.npz" for v, (name, _) in _AUGREG_RECOMMENDED.items()},
+    # Fine-tuned on ImageNet at 384 px (the position embedding is resized for other sizes).
+    "augreg-recommended-imagenet21k+imagenet2012-384": {
+        v: f"augreg/{name}--imagenet2012-steps_20k-lr_{lr}-res_384.npz"
+        for v, (name, lr) in _AUGREG_RECOMMENDED.items()
     },
 }
 

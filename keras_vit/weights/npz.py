@@ -137,25 +137,13 @@ def save_weights(model, path) -> str:
 
 
 def load_weights(model, weights) -> None:
-    """Loads `weights` into `model`: a path to an official-format `.npz`, a
-    checkpoint name (see keras_vit.available_weights), or a params dict."""
-    from keras_vit.weights.hub import CHECKPOINTS, checkpoint_url, download
+    """Loads `weights` into `model`: a params dict in the official layout, or any
+    source keras_vit.from_pretrained reads: a path to an official-format `.npz`,
+    an official checkpoint name (see keras_vit.available_weights), an HF /
+    keras-hub / timm directory or file, "hf:ORG/NAME", "timm:NAME",
+    "kerashub:PRESET". Every source ends in load_checkpoint."""
+    from keras_vit.weights.sources import load_source
 
     if isinstance(weights, Mapping):
         return load_checkpoint(model, weights)
-    weights = os.fspath(weights)
-    if weights in CHECKPOINTS:
-        path = download(checkpoint_url(model.config, weights))
-    elif os.path.exists(weights):
-        path = weights
-    else:
-        raise ValueError(
-            f"weights={weights!r} is neither an existing file nor a known checkpoint name. "
-            f"Known names: {list(CHECKPOINTS)}; or pass the path to an official-format .npz file."
-        )
-    if not path.endswith(".npz"):
-        raise ValueError(
-            f"{path!r} is not an .npz checkpoint. For a .keras file use keras.models.load_model; "
-            f"for .weights.h5 use model.load_weights."
-        )
-    load_checkpoint(model, read_npz(path))
+    load_source(model, weights)

@@ -30,3 +30,17 @@ def test_official_initialisation():
 
 def test_config_round_trip(rng):
     assert_config_round_trip(MlpBlock(16, dropout_rate=0.1), rng.normal(size=(2, 3, 8)).astype("float32"))
+
+
+def test_exact_gelu_when_asked(rng):
+    from scipy.special import erf
+
+    layer = MlpBlock(mlp_dim=24, gelu_approximate=False)
+    x = rng.normal(size=(2, 5, 8)).astype("float32") * 2
+    out = np.asarray(layer(x))
+    w0, b0 = np.asarray(layer.dense_0.kernel), np.asarray(layer.dense_0.bias)
+    w1, b1 = np.asarray(layer.dense_1.kernel), np.asarray(layer.dense_1.bias)
+    h = x @ w0 + b0
+    np.testing.assert_allclose(out, (0.5 * h * (1 + erf(h / np.sqrt(2)))) @ w1 + b1, rtol=1e-5, atol=1e-5)
+    assert_config_round_trip(layer, x)
+    assert layer.get_config()["gelu_approximate"] is False

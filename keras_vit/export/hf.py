@@ -1,0 +1,33 @@
+"""`--formats hf`: an HF transformers ViT directory (config.json, model.safetensors,
+preprocessor_config.json) written by keras_vit.save_pretrained, validated like the
+other formats: loaded by transformers.ViTForImageClassification in a fresh process
+(runner.py imports torch and transformers only) and compared with Keras."""
+
+from __future__ import annotations
+
+
+def check(model):
+    """Refuses, before anything is built, what HF's ViT cannot express or run here."""
+    from keras_vit.weights.hf import hf_config
+
+    try:
+        import torch  # noqa: F401
+        import transformers  # noqa: F401
+    except ImportError as error:
+        raise ImportError(f"the hf format is validated with transformers and torch: pip install "
+                          f"'keras-vit[reference]' ({error}).") from None
+    if not hasattr(model, "config") or not hasattr(model, "include_top"):
+        raise ValueError(f"{model.name} is not a keras_vit.ViT; only those are written as HF checkpoints.")
+    if not model.include_top:
+        raise ValueError(f"{model.name} has no head (include_top=False): export classifies, write the features "
+                         f"model with keras_vit.save_pretrained(model, DIR) instead.")
+    hf_config(model)
+
+
+def write(model, labels, path):
+    from keras_vit.weights.hf import save_pretrained
+
+    save_pretrained(model, path, labels=list(labels))
+    return {"architecture": "ViTForImageClassification",
+            "hidden_act": "gelu_pytorch_tanh" if model.config.gelu_approximate else "gelu",
+            "layer_norm_eps": model.config.layer_norm_epsilon}

@@ -1,0 +1,185 @@
+"""What every checkpoint source is turned into before loading.
+
+Each source (official .npz, HF transformers, timm, keras-hub) is a small
+adapter that reads its own config into a `ViTConfig` and renames/reshapes
+its tensors into the official key layout (keras_vit.weights.layout); the one
+strict loader (npz.load_checkpoint) then checks and assigns them. A tensor an
+adapter does not know keeps its source name, so the loader reports it as
+"not in the model" instead of it being dropped silently.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import re
+from typing import Dict, List, Optional, Tuple
+
+import numpy as np
+
+from keras_vit.config import ResNetConfig, ViTConfig
+
+POSEMB_KEY = "Transformer/posembed_input/pos_embedding"
+
+
+@dataclasses.dataclass
+class Checkpoint:
+    """A checkpoint in the official layout, with the architecture it was saved from.
+
+    config: the source's architecture and numerics (GELU form, LayerNorm eps).
+    params: {official key: float32 array}; unknown tensors under their own names.
+    image_size: (height, width) the position embedding was trained for.
+    labels: class names of the head, when the source has them.
+    source: where it came from, for messages.
+    """
+
+    config: ViTConfig
+    params: Dict[str, np.ndarray]
+    image_size: Tuple[int, int]
+    labels: Optional[List[str]] = None
+    source: str = ""
+    num_channels: int = 3
+
+    @property
+    def num_classes(self) -> Optional[int]:
+        head = self.params.get("head/kernel")
+        return None if head is None else int(head.shape[-1])
+
+
+def read_json(path) -> dict:
+    try:
+        with open(path, encoding="utf-8") as f:
+            return json.load(f)
+    except (OSError, ValueError) as error:
+        raise ValueError(f"{os.fspath(path)!r} is not a readable JSON config ({error}).") from error
+
+
+def read_safetensors(path) -> Dict[str, np.ndarray]:
+    """{name: array} from a .safetensors file (never a pickle)."""
+    try:
+        from safetensors.numpy import load_file
+    except ImportError as error:  # pragma: no cover - install_requires has it
+        raise ImportError("Reading .safetensors checkpoints needs the `safetensors` package: "
+                          "pip install safetensors") from error
+    try:
+        return {k: np.asarray(v) for k, v in load_file(os.fspath(path)).items()}
+    except Exception as error:  # safetensors raises its own SafetensorError, or OSError
+        raise ValueError(f"{os.fspath(path)!r} is not a readable .safetensors file "
+                         f"({type(error).__name__}: {error}).") from error
+
+
+def write_safetensors(tensors: Dict[str, np.ndarray], path) -> None:
+    from safetensors.numpy import save_file
+
+    # transformers refuses files whose metadata does not name a framework.
+    save_file({k: np.ascontiguousarray(v, np.float32) for k, v in tensors.items()}, os.fspath(path),
+              metadata={"format": "pt"})
+
+
+def refuse_pickle(path) -> None:
+    raise ValueError(
+        f"{os.fspath(path)!r} is a PyTorch pickle (pytorch_model.bin / .pt / .pth): keras-vit never unpickles "
+        f"files. Convert it to safetensors where you trust it, e.g. "
+        f"`transformers.ViTForImageClassification.from_pretrained(DIR).save_pretrained(NEW_DIR)` (transformers "
+        f"writes model.safetensors), and pass NEW_DIR."
+    )
+
+
+# --- torch layouts -> official (Flax) layouts, shared by the HF and timm adapters ---
+
+def linear_kernel(weight: np.ndarray) -> np.ndarray:
+    """torch Linear weight (out, in) -> Dense kernel (in, out)."""
+    return np.ascontiguousarray(weight.T)
+
+
+def conv_kernel(weight: np.ndarray) -> np.ndarray:
+    """torch Conv2d weight (out, in, kh, kw) -> (kh, kw, in, out)."""
+    return np.ascontiguousarray(weight.transpose(2, 3, 1, 0))
+
+
+def qkv_kernel(weight: np.ndarray, num_heads: int) -> np.ndarray:
+    """A query/key/value torch weight (heads * head_dim, D) -> (D, heads, head_dim)."""
+    return linear_kernel(weight).reshape(weight.shape[1], num_heads, -1)
+
+
+def qkv_bias(bias: np.ndarray, num_heads: int) -> np.ndarray:
+    return bias.reshape(num_heads, -1)
+
+
+def out_kernel(weight: np.ndarray, num_heads: int) -> np.ndarray:
+    """The attention output torch weight (D, heads * head_dim) -> (heads, head_dim, D)."""
+    return linear_kernel(weight).reshape(num_heads, -1, weight.shape[0])
+
+
+def rename(tensors: Dict[str, np.ndarray], table) -> Dict[str, np.ndarray]:
+    """Applies {official key: (source name, transform or None)}. A source name
+    that is absent leaves its official key missing, and a source tensor no
+    rule uses keeps its own name: the strict loader reports both."""
+    out, used = {}, set()
+    for key, (name, transform) in table.items():
+        if name in tensors:
+            used.add(name)
+            value = np.asarray(tensors[name], np.float32)
+            out[key] = transform(value) if transform else value
+    out.update({name: np.asarray(v) for name, v in tensors.items() if name not in used})
+    return out
+
+
+def attention_tensors(prefix: str, params: Dict[str, np.ndarray]):
+    """The inverse: torch-layout (weight, bias) for query, key, value, out."""
+    result = []
+    for name in ("query", "key", "value"):
+        kernel = params[f"{prefix}/{name}/kernel"]
+        result.append((kernel.reshape(kernel.shape[0], -1).T, params[f"{prefix}/{name}/bias"].reshape(-1)))
+    kernel = params[f"{prefix}/out/kernel"]
+    result.append((kernel.reshape(-1, kernel.shape[-1]).T, params[f"{prefix}/out/bias"]))
+    return result
+
+
+def grid_side(tokens: int, what: str) -> int:
+    side = int(round(tokens ** 0.5))
+    if side * side != tokens:
+        raise ValueError(f"{what}: the position embedding's {tokens} grid tokens are not a square grid; "
+                         f"pass image_size=(height, width).")
+    return side
+
+
+# --- the official layout: the architecture from the shapes alone ---
+
+_BLOCK = re.compile(r"Transformer/encoderblock_(\d+)/")
+_UNIT = re.compile(r"block(\d+)/unit(\d+)/")
+
+
+def infer_official_config(params: Dict[str, np.ndarray], source: str = "") -> Checkpoint:
+    """The architecture of an official-layout checkpoint, read from its tensor shapes."""
+    try:
+        embedding = params["embedding/kernel"]  # (p, p, C, D)
+        blocks = {int(m.group(1)) for key in params for m in [_BLOCK.match(key)] if m}
+        query = params["Transformer/encoderblock_0/MultiHeadDotProductAttention_1/query/kernel"]
+        mlp = params["Transformer/encoderblock_0/MlpBlock_3/Dense_0/kernel"]
+        posemb = params[POSEMB_KEY]
+    except KeyError as error:
+        raise ValueError(f"{source or 'The checkpoint'} is not an official ViT checkpoint: it has no "
+                         f"{error.args[0]!r} tensor.") from error
+    resnet = None
+    units = {}
+    for key in params:
+        m = _UNIT.match(key)
+        if m:
+            stage, unit = int(m.group(1)), int(m.group(2))
+            units[stage] = max(units.get(stage, 0), unit)
+    if "conv_root/kernel" in params:
+        width = params["conv_root/kernel"].shape[-1]
+        resnet = ResNetConfig(num_layers=tuple(units[s] for s in sorted(units)), width_factor=width // 64)
+    classifier = "token" if "cls" in params else "gap"
+    representation = params["pre_logits/kernel"].shape[-1] if "pre_logits/kernel" in params else None
+    config = ViTConfig(
+        patch_size=int(embedding.shape[0]), hidden_size=int(embedding.shape[-1]), mlp_dim=int(mlp.shape[-1]),
+        num_heads=int(query.shape[1]), num_layers=len(blocks), classifier=classifier,
+        representation_size=representation, resnet=resnet,
+    )
+    side = grid_side(posemb.shape[1] - (classifier == "token"), source or "the checkpoint")
+    size = side * config.total_stride
+    return Checkpoint(config=config, params=dict(params), image_size=(size, size), source=source,
+                      num_channels=3 if resnet else int(embedding.shape[2]))

@@ -1,0 +1,203 @@
+"""Where a `weights=` / `from_pretrained` source is resolved to a Checkpoint.
+
+    source                              adapter
+    "imagenet21k", "augreg-..."         official name -> hub.download -> npz
+    "/path/ViT-B_16.npz"                npz (architecture from the shapes)
+    "/dir" with config.json "model_type" hf (transformers save_pretrained)
+    "/dir" with keras-hub config.json   kerashub (save_to_preset)
+    "/dir/model.safetensors" (timm)     timm (+ its config.json if present)
+    "hf:ORG/NAME[@rev]"                 huggingface_hub download -> hf
+    "timm:NAME[@rev]"                   huggingface_hub download of timm/NAME -> timm
+    "kerashub:PRESET"                   keras-hub's own downloader -> kerashub
+
+Every adapter returns the same Checkpoint (config + official-layout params);
+`from_pretrained` builds the model from it and the one strict loader assigns.
+"""
+
+from __future__ import annotations
+
+import os
+
+from keras_vit.weights.checkpoint import Checkpoint, infer_official_config, read_json, refuse_pickle
+
+_PICKLES = (".bin", ".pt", ".pth", ".ckpt", ".pkl")
+
+
+def _split_revision(name: str):
+    repo, _, revision = name.partition("@")
+    return repo, (revision or None)
+
+
+def open_checkpoint(source, official_variant=None, model=None) -> Checkpoint:
+    """Reads any supported checkpoint source into a Checkpoint.
+
+    official_variant: for an official checkpoint *name* ("imagenet21k"), the
+    variant to fetch (names alone do not say which file).
+    model: the model it is for, when its architecture is given (weights=):
+    official files are then read as that architecture instead of inferring one.
+    """
+    from keras_vit.weights import hub, npz
+
+    source = os.fspath(source)
+    if source.startswith("hf:"):
+        from keras_vit.weights.download import hf_directory
+        from keras_vit.weights.hf import read_hf_directory
+
+        repo, revision = _split_revision(source[3:])
+        return read_hf_directory(hf_directory(repo, revision), source=source)
+    if source.startswith("timm:"):
+        from keras_vit.weights.download import timm_files
+        from keras_vit.weights.timm import read_timm
+
+        repo, revision = _split_revision(source[5:])
+        weights, config = timm_files(repo, revision)
+        return read_timm(weights, config, source=source)
+    if source.startswith("kerashub:"):
+        from keras_vit.weights.kerashub import read_kerashub
+
+        return read_kerashub(source[len("kerashub:"):], source=source)
+    if model is not None and official_variant is None:
+        official_variant = model.config
+    if source in hub.CHECKPOINTS:
+        if official_variant is None:
+            raise ValueError(
+                f"{source!r} names a family of official checkpoints; say which variant, e.g. "
+                f"keras_vit.ViT_B16(weights={source!r}) or from_pretrained('{source}:B/16')."
+            )
+        path = hub.download(hub.checkpoint_url(official_variant, source))
+        return _official(npz.read_npz(path), path, model)
+    if ":" in source and source.split(":", 1)[0] in hub.CHECKPOINTS:  # "augreg-imagenet21k:B/16"
+        name, variant = source.split(":", 1)
+        return open_checkpoint(name, official_variant=variant)
+    if not os.path.exists(source):
+        raise ValueError(
+            f"Checkpoint source {source!r} is neither an existing file nor a known checkpoint name. Pass a "
+            f"local path (an official .npz, an HF transformers directory, a keras-hub preset directory, a timm "
+            f"model.safetensors), 'hf:ORG/NAME', 'timm:NAME', 'kerashub:PRESET', or an official name "
+            f"{list(hub.CHECKPOINTS)}."
+        )
+    if os.path.isdir(source):
+        return _open_directory(source)
+    lower = source.lower()
+    if lower.endswith(_PICKLES):
+        refuse_pickle(source)
+    if lower.endswith(".npz"):
+        return _official(npz.read_npz(source), source, model)
+    if lower.endswith(".safetensors"):
+        directory = os.path.dirname(os.path.abspath(source))
+        from keras_vit.weights.hf import is_hf_directory, read_hf_directory
+
+        if is_hf_directory(directory) and os.path.basename(source) == "model.safetensors":
+            return read_hf_directory(directory)
+        from keras_vit.weights.timm import read_timm
+
+        config = os.path.join(directory, "config.json")
+        return read_timm(source, config if os.path.isfile(config) else None, source=source)
+    if lower.endswith((".keras", ".h5")):
+        raise ValueError(f"{source!r} is a Keras file: load it with keras.models.load_model (a whole model) "
+                         f"or model.load_weights (.weights.h5), not as a checkpoint source.")
+    raise ValueError(f"{source!r} is not a checkpoint keras-vit reads: expected .npz, .safetensors or a directory.")
+
+
+def _official(params, where, model) -> Checkpoint:
+    if model is None:
+        return infer_official_config(params, source=where)
+    # The architecture is given: the strict loader names any difference, tensor by tensor.
+    return Checkpoint(config=model.config, params=params, image_size=model.image_size, source=where,
+                      num_channels=model.num_channels)
+
+
+def _open_directory(directory) -> Checkpoint:
+    config_path = os.path.join(directory, "config.json")
+    if os.path.isfile(config_path):
+        config = read_json(config_path)
+        if "model_type" in config:
+            from keras_vit.weights.hf import read_hf_directory
+
+            return read_hf_directory(directory)
+        if "keras_hub" in str(config.get("module", "")) or "keras_hub" in str(config.get("registered_name", "")):
+            from keras_vit.weights.kerashub import read_kerashub
+
+            return read_kerashub(directory, source=directory)
+        if "architecture" in config:
+            from keras_vit.weights.timm import read_timm
+
+            return read_timm(os.path.join(directory, "model.safetensors"), config_path, source=directory)
+    for name in ("pytorch_model.bin", "model.pt", "model.pth"):
+        if os.path.isfile(os.path.join(directory, name)):
+            refuse_pickle(os.path.join(directory, name))
+    raise ValueError(
+        f"{directory!r} is not a checkpoint directory keras-vit recognises: expected an HF transformers ViT "
+        f"(config.json with model_type + model.safetensors), a keras-hub preset (config.json + "
+        f"model.weights.h5) or a timm model (config.json with 'architecture' + model.safetensors)."
+    )
+
+
+_MODEL_ARGS = ("image_size", "num_classes", "include_top", "include_preprocessing", "classifier_activation",
+               "num_channels", "name", "trainable", "dtype")
+
+
+def from_pretrained(source, **overrides):
+    """A keras_vit.ViT built from a checkpoint's own config, its weights loaded.
+
+    Args:
+        source: any checkpoint source (see keras_vit.weights.sources).
+        image_size: another input size; the position embedding is resized.
+        num_classes: a new zero-initialised head of that many classes (the
+            checkpoint's head is kept when this is omitted or equal).
+        include_top: False drops the head.
+        **overrides: other ViT arguments (include_preprocessing, ...) and
+            ViTConfig fields (dropout_rate, ...).
+
+    The checkpoint's class names, when it has them, are kept as `model.labels`.
+    """
+    from keras_vit.model import ViT
+    from keras_vit.weights.npz import load_checkpoint
+
+    checkpoint = open_checkpoint(source)
+    model_args = {k: overrides.pop(k) for k in _MODEL_ARGS if k in overrides}
+    config = checkpoint.config.replace(**overrides) if overrides else checkpoint.config
+    model_args.setdefault("image_size", checkpoint.image_size)
+    model_args.setdefault("num_channels", checkpoint.num_channels)
+    head = checkpoint.num_classes
+    if "num_classes" in model_args and model_args["num_classes"] is not None:
+        model_args.setdefault("include_top", True)
+    elif model_args.get("include_top", head is not None):
+        if head is None:
+            raise ValueError(f"{checkpoint.source} has no classification head: pass num_classes=N for a new "
+                             f"zero head, or include_top=False for the features.")
+        model_args["num_classes"] = head
+        model_args.setdefault("include_top", True)
+    else:
+        model_args["include_top"] = False
+    model = ViT(config, **model_args)
+    load_checkpoint(model, checkpoint.params)
+    if model.include_top and model.num_classes == head:
+        model.labels = checkpoint.labels
+    return model
+
+
+def load_source(model, source) -> None:
+    """`weights=` of the constructors: any source, into a model whose architecture is given.
+    The strict loader checks every tensor against it; a foreign source must also have the
+    model's numerics (GELU form, LayerNorm eps), or the model would not reproduce it."""
+    from keras_vit.weights.npz import load_checkpoint
+
+    checkpoint = open_checkpoint(source, model=model)
+    mine, theirs = model.config, checkpoint.config
+    if (mine.gelu_approximate, mine.layer_norm_epsilon) != (theirs.gelu_approximate, theirs.layer_norm_epsilon):
+        raise ValueError(
+            f"{checkpoint.source} was trained with {_numerics(theirs)}, but the model uses {_numerics(mine)}, "
+            f"so it would not reproduce the checkpoint's outputs. Build it with "
+            f"gelu_approximate={theirs.gelu_approximate}, layer_norm_epsilon={theirs.layer_norm_epsilon!r}, or use "
+            f"keras_vit.from_pretrained({source!r}), which reads them from the checkpoint."
+        )
+    load_checkpoint(model, checkpoint.params)
+    if model.include_top and model.num_classes == checkpoint.num_classes:
+        model.labels = checkpoint.labels
+
+
+def _numerics(config) -> str:
+    gelu = "tanh GELU" if config.gelu_approximate else "exact GELU"
+    return f"{gelu} and LayerNorm eps {config.layer_norm_epsilon:g}"
+

@@ -1,0 +1,81 @@
+"""hf:ORG/NAME and timm:NAME through huggingface_hub, never the internet:
+HF_HUB_OFFLINE with a cache pre-filled in huggingface_hub's layout
+(models--ORG--NAME/refs/REV -> snapshots/COMMIT/FILES)."""
+
+import json
+import shutil
+
+import huggingface_hub.constants
+import numpy as np
+import pytest
+import transformers
+
+import keras_vit
+from tests.sources_helpers import perturb_torch, photos, torch_logits
+from tests.test_sources_timm import hf_reference, timm_config, timm_state, write_timm
+
+COMMIT = "0123456789abcdef0123456789abcdef01234567"
+
+
+@pytest.fixture
+def hub_cache(tmp_path, monkeypatch):
+    """An offline, empty Hugging Face cache; returns a function that puts a repo snapshot in it."""
+    cache = tmp_path / "hf_cache"
+    cache.mkdir()
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_HUB_CACHE", str(cache))
+    # huggingface_hub reads both when it is imported: set its constants too.
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(cache))
+
+    def put(repo, source_dir, refs=("main",)):
+        root = cache / ("models--" + repo.replace("/", "--"))
+        shutil.copytree(source_dir, root / "snapshots" / COMMIT)
+        (root / "refs").mkdir(parents=True)
+        for ref in refs:
+            (root / "refs" / ref).write_text(COMMIT)
+        return root
+
+    return put
+
+
+def test_hf_repo_from_the_cache(tmp_path, hub_cache):
+    hf = transformers.ViTForImageClassification(transformers.ViTConfig(
+        hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64, image_size=32,
+        patch_size=8, num_labels=3)).eval()
+    perturb_torch(hf, 11)
+    hf.save_pretrained(tmp_path / "hf")
+    hub_cache("google/vit-tiny-test", tmp_path / "hf", refs=("main", "v1"))
+    images = photos(32)
+    for source in ("hf:google/vit-tiny-test", "hf:google/vit-tiny-test@v1", f"hf:google/vit-tiny-test@{COMMIT}"):
+        model = keras_vit.from_pretrained(source)
+        np.testing.assert_allclose(np.asarray(model(images)), torch_logits(hf, images), atol=1e-4, rtol=0)
+
+
+def test_offline_without_the_repo_names_it_and_the_fix(hub_cache):
+    with pytest.raises(ValueError, match=r"hf:google/vit-base-patch16-224.*offline.*HF_HUB_OFFLINE.*not in the "
+                                         r"Hugging Face cache.*pass its local directory"):
+        keras_vit.from_pretrained("hf:google/vit-base-patch16-224")
+
+
+def test_a_pickle_only_repo_is_refused(tmp_path, hub_cache):
+    (tmp_path / "pickled").mkdir()
+    (tmp_path / "pickled" / "config.json").write_text(json.dumps({"model_type": "vit"}))
+    (tmp_path / "pickled" / "pytorch_model.bin").write_bytes(b"never unpickled")
+    hub_cache("someone/old-vit", tmp_path / "pickled")
+    with pytest.raises(ValueError, match="no model.safetensors.*never unpickles.*Convert it to safetensors"):
+        keras_vit.from_pretrained("hf:someone/old-vit")
+
+
+def test_timm_name_from_the_cache(tmp_path, hub_cache):
+    hf = hf_reference()
+    write_timm(tmp_path / "timm", timm_state(hf, tmp_path), timm_config())
+    hub_cache("timm/vit_tiny_patch8_32.test", tmp_path / "timm")
+    model = keras_vit.from_pretrained("timm:vit_tiny_patch8_32.test")
+    images = photos(32)
+    np.testing.assert_allclose(np.asarray(model(images)), torch_logits(hf, images), atol=1e-4, rtol=0)
+    # The constructors take the same name when the architecture (and timm's numerics) is given.
+    config = keras_vit.ViTConfig(patch_size=8, hidden_size=48, mlp_dim=96, num_heads=3, num_layers=2,
+                                 gelu_approximate=False)
+    same = keras_vit.ViT(config, image_size=32, num_classes=5, weights="timm:vit_tiny_patch8_32.test")
+    np.testing.assert_allclose(np.asarray(same(images)), torch_logits(hf, images), atol=1e-4, rtol=0)
