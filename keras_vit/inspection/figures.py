@@ -7,7 +7,7 @@ import os
 import numpy as np
 
 from keras_vit.inspection import analysis, attention, plots
-from keras_vit.inspection.images import to_model_pixels
+from keras_vit.images import to_model_pixels
 
 
 def make_figures(model, images, out_dir, labels=None, num_overlays=4, batch_size=16, dpi=100):
