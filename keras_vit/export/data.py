@@ -169,6 +169,56 @@ def conform(images, image_size: Tuple[int, int], num_channels: int) -> np.ndarra
     return np.clip(np.round(images), 0, 255).astype(np.float32)
 
 
+SAMPLE_SEED = 0
+
+
+def stratified_order(labels, seed: int = SAMPLE_SEED) -> np.ndarray:
+    """Indices in a seeded order that goes round the classes: any prefix of it is
+    as balanced across classes as the data allows."""
+    rng = np.random.default_rng(seed)
+    labels = np.asarray(labels)
+    per_class = [rng.permutation(np.flatnonzero(labels == c)) for c in np.unique(labels)]
+    rounds = max(len(members) for members in per_class)
+    return np.array([members[r] for r in range(rounds) for members in per_class if r < len(members)], np.int64)
+
+
+def sample(data: Images, n: Optional[int], seed: int = SAMPLE_SEED) -> Images:
+    """At most `n` images, drawn across classes (seeded, stratified); all when n is None or enough."""
+    if n is None or n >= len(data):
+        return data
+    order = (stratified_order(data.labels, seed) if data.labels is not None
+             else np.random.default_rng(seed).permutation(len(data)))[:n]
+    order = np.sort(order)  # keep the data's own order among the chosen
+    return Images(data.images[order], None if data.labels is None else data.labels[order], data.source)
+
+
+def split_calibration(data: Images, n: int, seed: int = SAMPLE_SEED):
+    """(calibration, validation, held_out): `n` images drawn across classes to
+    calibrate on, the others to validate on. With fewer than 2n images none can
+    be spared: calibration is then a sample of the validation images (held_out False)."""
+    if len(data) < 2 * n:
+        return sample(data, n, seed), data, False
+    order = (stratified_order(data.labels, seed) if data.labels is not None
+             else np.random.default_rng(seed).permutation(len(data)))
+    chosen = np.zeros(len(data), bool)
+    chosen[order[:n]] = True
+
+    def part(mask):
+        return Images(data.images[mask], None if data.labels is None else data.labels[mask], data.source)
+
+    return part(chosen), part(~chosen), True
+
+
+def num_classes_in(data: Optional[Images]) -> Optional[int]:
+    return None if data is None or data.labels is None else int(len(np.unique(data.labels)))
+
+
+def describe(data: Images) -> str:
+    """"800 images of 10 classes" (or "32 images, unlabelled")."""
+    classes = num_classes_in(data)
+    return f"{len(data)} images" + (", unlabelled" if classes is None else f" of {classes} classes")
+
+
 def random_images(n: int, image_size, num_channels: int, seed: int = 0) -> Images:
     """Stand-in validation images when the user gives none (no accuracy then)."""
     rng = np.random.default_rng(seed)
