@@ -383,7 +383,8 @@ def _object_source(config, dataset) -> Source:
     """train(config, dataset=...): see open_source."""
     if isinstance(dataset, (tuple, list)):
         if len(dataset) != 2:
-            raise ValueError("dataset= takes a dataset, or a (train, eval) pair of datasets.")
+            raise ValueError("dataset= takes a tf.data.Dataset of (image, label), a (train, eval) pair of them, "
+                             "or a keras.utils.image_dataset_from_directory dataset.")
         train, held = dataset
     else:
         train, held = dataset, None
