@@ -278,7 +278,8 @@ def find_unreadable(paths, description="Checking images", workers=None, progress
     """
     from concurrent.futures import ThreadPoolExecutor
 
-    paths = [os.path.abspath(p) for p in paths]
+    given = {os.path.abspath(p): os.fspath(p) for p in paths}  # reported as the caller named them
+    paths = list(given)
     keys = {}
     for path in paths:
         try:
@@ -321,4 +322,4 @@ def find_unreadable(paths, description="Checking images", workers=None, progress
             os.replace(temporary, cache_file)
         except OSError:
             pass  # a read-only home only costs a rescan next time
-    return [(p, results[p]) for p in paths if results[p] is not None]
+    return [(given[p], results[p]) for p in paths if results[p] is not None]
