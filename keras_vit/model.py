@@ -12,7 +12,9 @@ from keras_vit.variants import canonical_name, get_variant
 
 def preprocess_input(images):
     """Scales 0..255 pixels to [-1, 1], the range the official checkpoints expect."""
-    return ops.cast(images, "float32") / 127.5 - 1.0
+    from keras_vit.images import to_model_range
+
+    return to_model_range(ops.cast(images, "float32"))
 
 
 def _image_size(image_size):

@@ -21,13 +21,16 @@ def add_arguments(parser):
     parser.add_argument("--name", help="artifact name (default: the workdir or file name)")
     parser.add_argument("--version", type=int, help="SavedModel version (default: one above the highest present)")
     parser.add_argument("--labels", help="class names, one per line (default: the workdir's, else 0..N-1)")
-    parser.add_argument("--data", help="validation (and calibration) images: 'mnist' (the bundled digits), an "
-                                       ".npz with images[/labels], a .npy, or a folder (class sub-folders give "
-                                       "labels). Default: random pixels (no accuracy; int8 refuses)")
-    parser.add_argument("--calibration-data", help="int8 calibration images (same forms); default: the first "
-                                                   "--num-calibration images of --data, kept out of validation")
+    parser.add_argument("--data", help="validation (and calibration) images: 'mnist' (the 1,000 held-out test "
+                                       "digits of the bundled 5,000), an .npz with images[/labels], a .npy, or a "
+                                       "folder (class sub-folders give labels). Default: random pixels (no "
+                                       "accuracy; int8 refuses)")
+    parser.add_argument("--calibration-data", help="int8 calibration images (same forms); default: "
+                                                   "--num-calibration images of --data drawn across classes "
+                                                   "(seeded), kept out of validation")
     parser.add_argument("--num-calibration", type=int, default=200, help="int8 calibration images (default 200)")
-    parser.add_argument("--num-validation", type=int, default=1000, help="validation images at most (default 1000)")
+    parser.add_argument("--num-validation", type=int, default=1000,
+                        help="validation images at most, a seeded sample across classes (default 1000)")
     parser.add_argument("--top-k", type=int, default=5, help="classes returned by the SavedModel (default 5)")
     parser.add_argument("--latency-runs", type=int, default=20, help="timed single-image calls (default 20)")
     group = parser.add_argument_group("building a variant (source is a variant name)")
@@ -39,13 +42,11 @@ def add_arguments(parser):
 
 
 def run(args):
-    from keras_vit.export import data as data_lib
     from keras_vit.export.pipeline import ExportError, ExportFailed, export
 
+    # One source for both (no --calibration-data): export() calibrates on a
+    # sample across classes and validates on the other images.
     validation, calibration = args.data, args.calibration_data
-    if args.data is not None and args.calibration_data is None and "int8" in args.formats:
-        # One source for both: calibrate on its head, validate on the rest.
-        validation, calibration = _split(args, data_lib)
     try:
         report = export(
             args.source, args.formats, args.out, validation_data=validation, calibration_data=calibration,
@@ -61,14 +62,3 @@ def run(args):
         return 1
     return 0 if report["passed"] else 1
 
-
-def _split(args, data_lib):
-    try:
-        images = data_lib.read(args.data)
-    except (FileNotFoundError, ValueError, TypeError) as error:
-        print(f"keras-vit export: error: {error}", file=sys.stderr)
-        raise SystemExit(2)
-    n = args.num_calibration
-    if len(images) < 2 * n:  # too few to hold some out: calibrate on a part of the validation images
-        return images, images.take(0, n)
-    return images.take(n), images.take(0, n)

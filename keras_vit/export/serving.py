@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import tensorflow as tf
 
+from keras_vit import images as images_lib
+
 
 def takes_raw_pixels(model) -> bool:
     """True when the model scales 0..255 itself (ViT(include_preprocessing=True))."""
@@ -23,7 +25,7 @@ def probabilities(model, images):
     """float32 (B, H, W, C) pixels 0..255 -> (B, classes) probabilities."""
     x = tf.cast(images, tf.float32)
     if not takes_raw_pixels(model):
-        x = x / 127.5 - 1.0  # keras_vit.preprocess_input, inlined so the graph has no Keras op.
+        x = images_lib.to_model_range(x)  # plain arithmetic on a tf tensor: no Keras op in the graph
     scores = tf.cast(model(x, training=False), tf.float32)
     return scores if returns_probabilities(model) else tf.nn.softmax(scores, axis=-1)
 

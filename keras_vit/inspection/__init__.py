@@ -34,7 +34,7 @@ from keras_vit.inspection.attention import (
     rollout_maps,
 )
 from keras_vit.inspection.figures import make_figures
-from keras_vit.inspection.images import find_images, load_image, load_images, model_inputs, to_model_pixels
+from keras_vit.images import find_images, load_image, load_images, model_inputs, to_model_pixels
 from keras_vit.inspection.predict import (
     Prediction,
     find_labels,

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from keras_vit.inspection.images import model_inputs
+from keras_vit.images import model_inputs
 
 
 def num_prefix_tokens(model):
@@ -60,7 +60,7 @@ def encoder_attention(model, images, batch_size=16):
 
     Args:
         model: a keras_vit ViT.
-        images: pixels (B, H, W, C) in 0..255 (see `keras_vit.inspection.images`).
+        images: pixels (B, H, W, C) in 0..255 (see `keras_vit.images`).
         batch_size: images per forward pass.
 
     Returns:

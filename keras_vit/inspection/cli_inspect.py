@@ -28,7 +28,7 @@ def add_arguments(parser):
 
 def run(args):
     from keras_vit.inspection.figures import make_figures
-    from keras_vit.inspection.images import find_images, load_images
+    from keras_vit.images import find_images, load_images
     from keras_vit.inspection.predict import find_labels, load_model
 
     model = load_model(args.model)

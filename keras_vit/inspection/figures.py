@@ -7,7 +7,7 @@ import os
 import numpy as np
 
 from keras_vit.inspection import analysis, attention, plots
-from keras_vit.inspection.images import to_model_pixels
+from keras_vit.images import to_model_pixels
 from keras_vit.inspection.predict import to_probabilities
 
 

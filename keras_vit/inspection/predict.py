@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 
-from keras_vit.inspection.images import find_images, load_images, model_inputs
+from keras_vit.images import find_images, load_images, model_inputs
 
 # Where a training workdir may keep its class names, in the order tried.
 _LABEL_KEYS = ("labels", "class_names", "classes", "label_names")

@@ -61,7 +61,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     run.add_argument("--weights", help="initial weights: checkpoint name (imagenet21k, ...), official .npz, "
                                        ".keras file or training workdir (encoder transferred, new head)")
     run.add_argument("--dataset", default="mnist5k",
-                     help="mnist5k (bundled) | tfds:NAME | folder:PATH | tfrecord:DIR (default: mnist5k)")
+                     help="mnist5k (bundled) | tfds:NAME or tfds:DATA_DIR/NAME/VERSION | folder:PATH | "
+                          "list:TRAIN.csv[,EVAL.csv] (path,label rows; or .json) | tfrecord:DIR (default: mnist5k)")
     run.add_argument("--data-dir", help="tfds data directory")
     run.add_argument("--num-classes", type=int, help="class count for tfrecord: without labels.txt")
     run.add_argument("--train-split", default="train", help="tfds training split (default: train)")
@@ -91,6 +92,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                      help="what is learned: classification | masked_patch (keras_vit.training.tasks.TASKS; "
                           "default: classification, or the recipe's task: --recipe masked_patch picks masked_patch)")
     run.add_argument("--no-progress", dest="progress", action="store_false")
+    data = parser.add_argument_group("data checks")
+    data.add_argument("--strict-data", action="store_true",
+                      help="stop on an image file that cannot be decoded (default: name it in a warning, leave it out)")
+    data.add_argument("--drop-empty-classes", action="store_true",
+                      help="leave out class folders without images, with a warning (default: an error)")
 
     recipe = parser.add_argument_group("recipe overrides (default: the recipe's value)")
     types = {"grad_clip_norm": _clip, "representation_layer": _bool}

@@ -146,7 +146,9 @@ class TrainConfig:
             architecture of `weights` when that is a `.keras` file or a workdir.
         patch_size: replaces the variant's patch size (training from scratch;
             pre-trained weights fix it).
-        dataset: "mnist5k" (bundled), "tfds:NAME", "folder:PATH" (one
+        dataset: "mnist5k" (bundled), "tfds:NAME" (or a prepared tfds
+            directory, tfds:DATA_DIR/NAME/VERSION), "list:TRAIN[,EVAL]"
+            (CSV/JSON rows of image path, label), "folder:PATH" (one
             sub-folder per class; PATH/train + PATH/val|validation|test if
             present, else a fixed 10% of each class is held out) or
             "tfrecord:DIR" (DIR/train*.tfrecord* and DIR/{validation,test,eval}*,
@@ -182,6 +184,10 @@ class TrainConfig:
         fewshot_pool: the shots are drawn from the first N training examples.
         task: name of a Task in keras_vit.training.tasks.TASKS.
         progress: show the progress bar.
+        strict_data: an image file that cannot be decoded stops the run
+            (default: it is named in one warning and left out).
+        drop_empty_classes: leave out class folders without images, with a
+            warning (default: an error naming them).
     """
 
     model: Union[str, ViTConfig, None] = None
@@ -212,6 +218,11 @@ class TrainConfig:
     fewshot_pool: int = 10_000
     task: str = "classification"
     progress: bool = True
+    # Data checks (keras_vit.training.data): undecodable files are left out
+    # with a warning unless strict_data; empty class folders are an error
+    # unless drop_empty_classes.
+    strict_data: bool = False
+    drop_empty_classes: bool = False
 
     def __post_init__(self):
         if isinstance(self.recipe, str):

@@ -1,0 +1,325 @@
+"""Images in, model inputs out: the one place that knows image files and pixels.
+
+Training (`folder:`, `list:`, TFRecords, tfds), `keras-vit predict`,
+`keras-vit inspect` and export validation all go through these functions, so
+they all see the same pixels for the same file:
+
+* `IMAGE_EXTENSIONS`, `is_image_file`, `list_images`, `find_images`: which
+  files are images (by extension, case-insensitive; hidden files never).
+* `decode`: a file or encoded bytes -> uint8 pixels (H, W, C), with Pillow.
+  The rules, in order:
+    - the first frame of an animation (GIF, WebP, TIFF pages);
+    - EXIF orientation applied;
+    - 16-bit samples (modes I;16, I;16B, I;16L, I, and 16-bit RGB PNGs) keep
+      their high byte (x >> 8), as libpng and TensorFlow's decode_png do, so a
+      16-bit copy of an 8-bit picture (x * 257) decodes to the same pixels;
+      32-bit float (mode F) is taken as 0..1 when its maximum is at most 1,
+      else as 0..255 (clipped);
+    - alpha is dropped (the colour channels are kept as stored, not
+      composited), as tf.io.decode_image(channels=3) does;
+    - palette, CMYK, YCbCr, LAB, HSV and 1-bit images become RGB or L.
+* `convert_channels`: 1 <-> 3 channels with ONE grayscale rule, ITU-R 601
+  luma exactly as PIL's convert("L"): (19595 R + 38470 G + 7471 B) / 65536,
+  rounded for integer pixels. Works on numpy arrays and TF tensors.
+* `resize`: bilinear, antialiased (TF), the identity at the same size.
+* `to_model_range`: pixels 0..255 -> [-1, 1] (keras_vit.preprocess_input).
+* `find_unreadable`: a parallel, cached scan for files that do not decode.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+
+IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".gif", ".webp", ".tif", ".tiff", ".ppm", ".pgm")
+
+# ITU-R 601 luma in PIL's fixed point (PIL's convert("L")): weights / 65536.
+_LUMA_FIXED = (19595, 38470, 7471)
+_LUMA = np.array(_LUMA_FIXED, dtype=np.float64) / 65536.0
+
+_SIXTEEN_BIT_MODES = ("I;16", "I;16B", "I;16L", "I;16N", "I")
+
+
+# --- which files are images ------------------------------------------------------
+
+def is_image_file(path) -> bool:
+    """True for a file name with an image extension that is not hidden (".name")."""
+    name = os.path.basename(os.fspath(path))
+    return not name.startswith(".") and name.lower().endswith(IMAGE_EXTENSIONS)
+
+
+def list_images(directory):
+    """The image files directly inside `directory`, sorted; others ignored silently."""
+    return sorted(os.path.join(directory, name) for name in os.listdir(directory)
+                  if is_image_file(name) and os.path.isfile(os.path.join(directory, name)))
+
+
+def find_images(paths, recursive=False):
+    """Expands folders into the image files inside them (sorted).
+
+    Files named explicitly are kept whatever their extension (a bad one is
+    reported when it is read); inside a folder only non-hidden files with an
+    image extension are taken. Paths that do not exist are kept, so that the
+    caller reports them by name.
+    """
+    found = []
+    for path in paths:
+        path = Path(path)
+        if path.is_dir():
+            pattern = "**/*" if recursive else "*"
+            found.extend(str(p) for p in sorted(path.glob(pattern))
+                         if p.is_file() and is_image_file(p)
+                         and not any(part.startswith(".") for part in p.relative_to(path).parts))
+        else:
+            found.append(str(path))
+    return found
+
+
+# --- decoding ---------------------------------------------------------------------
+
+def decode(source, num_channels=None) -> np.ndarray:
+    """A file path or encoded bytes -> uint8 pixels (H, W, C).
+
+    C is `num_channels` (1 or 3) when given, else the image's own (1 for
+    grayscale, 3 for colour). Raises OSError / ValueError (Pillow's) for a
+    file that is missing, not an image, or truncated.
+    """
+    from PIL import Image, ImageOps
+
+    if isinstance(source, (bytes, bytearray, memoryview)):
+        source = io.BytesIO(bytes(source))
+    with Image.open(source) as image:
+        image.load()  # decode now (the first frame): a truncated file fails here, not later
+        image = ImageOps.exif_transpose(image)
+        pixels = _eight_bit(image)
+    return pixels if num_channels is None else convert_channels(pixels, num_channels)
+
+
+def _eight_bit(image) -> np.ndarray:
+    mode = image.mode
+    if mode in _SIXTEEN_BIT_MODES:
+        values = np.asarray(image).astype(np.int64)
+        return (np.clip(values, 0, 65535) >> 8).astype(np.uint8)[..., None]
+    if mode == "F":
+        values = np.asarray(image, dtype=np.float64)
+        scale = 255.0 if values.size and np.nanmax(values) <= 1.0 else 1.0
+        return np.clip(np.round(np.nan_to_num(values) * scale), 0, 255).astype(np.uint8)[..., None]
+    if mode in ("L", "1", "LA", "La"):
+        return np.asarray(image.convert("L") if mode != "L" else image, dtype=np.uint8)[..., None]
+    if mode != "RGB":
+        # P/PA (palette), RGBA/RGBX/RGBa (alpha dropped), CMYK, YCbCr, LAB, HSV.
+        image = image.convert("RGB")
+    return np.asarray(image, dtype=np.uint8)
+
+
+def convert_channels(pixels, num_channels):
+    """(..., C) pixels -> (..., num_channels): alpha dropped, grey repeated, colour to luma.
+
+    Integer pixels stay integers (luma rounded as PIL's "L"); float pixels
+    stay float. numpy in, numpy out; a TF tensor in, a TF tensor out.
+    """
+    if _is_tensor(pixels):
+        return _convert_channels_tf(pixels, num_channels)
+    x = np.asarray(pixels)
+    channels = x.shape[-1]
+    if channels in (2, 4):  # LA / RGBA: alpha dropped
+        x, channels = x[..., :channels - 1], channels - 1
+    if channels == num_channels:
+        return x
+    if channels == 1 and num_channels == 3:
+        return np.repeat(x, 3, axis=-1)
+    if channels == 3 and num_channels == 1:
+        if np.issubdtype(x.dtype, np.integer):
+            weighted = x.astype(np.int64) @ np.array(_LUMA_FIXED, np.int64)
+            return ((weighted + 32768) >> 16).astype(x.dtype)[..., None]
+        return (x.astype(np.float64) @ _LUMA).astype(x.dtype)[..., None]
+    raise ValueError(f"Cannot convert {channels}-channel images for a {num_channels}-channel model.")
+
+
+def _convert_channels_tf(image, num_channels):
+    import tensorflow as tf
+
+    channels = image.shape[-1]
+    if channels is None:
+        raise ValueError("The number of channels must be known.")
+    if channels in (2, 4):
+        image, channels = image[..., :channels - 1], channels - 1
+    if channels == num_channels:
+        return image
+    if channels == 1 and num_channels == 3:
+        return tf.concat([image] * 3, axis=-1)
+    if channels == 3 and num_channels == 1:
+        if image.dtype.is_integer:
+            weighted = tf.tensordot(tf.cast(image, tf.int64), tf.constant(_LUMA_FIXED, tf.int64), axes=1)
+            return tf.cast(tf.bitwise.right_shift(weighted + 32768, 16), image.dtype)[..., None]
+        luma = tf.tensordot(tf.cast(image, tf.float64), tf.constant(_LUMA, tf.float64), axes=1)
+        return tf.cast(luma, image.dtype)[..., None]
+    raise ValueError(f"Cannot convert {channels}-channel images for a {num_channels}-channel model.")
+
+
+def _is_tensor(x):
+    try:
+        import tensorflow as tf
+    except ImportError:  # pragma: no cover - TF is a dependency
+        return False
+    return tf.is_tensor(x)
+
+
+def resize(pixels, size):
+    """(H, W, C) or (B, H, W, C) pixels -> float32 at `size` (height, width).
+
+    Bilinear and antialiased (as the SavedModel's bytes signature); exactly the
+    identity when the size already matches. numpy in, numpy out.
+    """
+    import tensorflow as tf
+
+    size = tuple(int(s) for s in size)
+    tensor = _is_tensor(pixels)
+    x = tf.cast(pixels, tf.float32)
+    if tuple(x.shape[-3:-1]) != size:
+        x = tf.image.resize(x, size, method="bilinear", antialias=True)
+    return x if tensor else x.numpy()
+
+
+def to_model_range(pixels):
+    """Pixels 0..255 -> [-1, 1], the ViT's input range (works on numpy, TF and Keras tensors)."""
+    return pixels / 127.5 - 1.0
+
+
+# --- model-shaped pixels ------------------------------------------------------------
+
+def to_model_pixels(images, image_size, num_channels):
+    """Pixels (B, H, W[, C]) in 0..255 -> float32 (B, height, width, num_channels) in 0..255."""
+    x = np.asarray(images)
+    if x.ndim == 3:  # (B, H, W) grayscale
+        x = x[..., None]
+    if x.ndim != 4:
+        raise ValueError(f"Expected images (B, H, W, C) or (B, H, W), got shape {x.shape}.")
+    x = convert_channels(x, num_channels)
+    x = resize(x, image_size) if len(x) else x.reshape(0, *image_size, num_channels)
+    return np.clip(np.asarray(x, np.float32), 0.0, 255.0)
+
+
+def model_inputs(model, images):
+    """Pixels in 0..255 -> exactly what `model(...)` takes.
+
+    Resized and channel-converted for the model; scaled to [-1, 1] unless the
+    model has its own preprocessing layer.
+    """
+    x = to_model_pixels(images, model.image_size, model.num_channels)
+    return x if model.include_preprocessing else to_model_range(x)
+
+
+def load_image(path, image_size, num_channels=3):
+    """Reads one image file as uint8 pixels (H, W, num_channels) at `image_size`.
+
+    `decode`, then `resize` (no cropping), rounded to whole pixels. Raises
+    OSError or ValueError for a missing, unreadable or truncated file.
+    """
+    if num_channels not in (1, 3):
+        raise ValueError(f"Cannot read image files for a model with {num_channels} channels.")
+    pixels = to_model_pixels(decode(path, num_channels)[None], image_size, num_channels)[0]
+    return np.round(pixels).astype(np.uint8)
+
+
+def load_images(paths, image_size, num_channels=3):
+    """Reads several files; returns (pixels (B, H, W, C) uint8, paths read, failures).
+
+    `failures` is a list of (path, reason) for files that could not be read;
+    they are skipped, not raised.
+    """
+    height, width = image_size
+    images, read, failures = [], [], []
+    for path in paths:
+        try:
+            images.append(load_image(path, image_size, num_channels))
+            read.append(path)
+        except Exception as error:  # noqa: BLE001 - any decoder error means "skip this file"
+            failures.append((str(path), unreadable_reason(path, error)))
+    pixels = np.stack(images) if images else np.zeros((0, height, width, num_channels), np.uint8)
+    return pixels, read, failures
+
+
+def unreadable_reason(path, error):
+    if not os.path.exists(path):
+        return "no such file"
+    if os.path.isdir(path):
+        return "is a folder"
+    if os.path.getsize(path) == 0:
+        return "empty file"
+    return f"{type(error).__name__}: {error}"
+
+
+# --- scanning folders for files that do not decode -----------------------------------
+
+def cache_dir():
+    """Where scans are cached: $KERAS_VIT_CACHE, else ~/.cache/keras-vit."""
+    return os.environ.get("KERAS_VIT_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "keras-vit")
+
+
+def _check(path):
+    try:
+        decode(path)
+        return None
+    except Exception as error:  # noqa: BLE001 - every decoder error makes the file unreadable
+        return unreadable_reason(path, error)
+
+
+def find_unreadable(paths, description="Checking images", workers=None, progress=True):
+    """Decodes every file once (in parallel, with a progress bar); returns [(path, reason)].
+
+    Results are cached per file keyed by (absolute path, size, mtime), so a
+    re-run over unchanged files decodes nothing.
+    """
+    from concurrent.futures import ThreadPoolExecutor
+
+    given = {os.path.abspath(p): os.fspath(p) for p in paths}  # reported as the caller named them
+    paths = list(given)
+    keys = {}
+    for path in paths:
+        try:
+            stat = os.stat(path)
+            keys[path] = f"{stat.st_size}:{stat.st_mtime_ns}"
+        except OSError:
+            keys[path] = None
+    cache_file = os.path.join(cache_dir(), "scans",
+                              hashlib.sha256("\n".join(sorted(set(os.path.dirname(p) for p in paths)))
+                                             .encode()).hexdigest()[:24] + ".json")
+    try:
+        with open(cache_file, encoding="utf-8") as f:
+            cached = json.load(f)
+    except (OSError, ValueError):
+        cached = {}
+    results = {}
+    todo = []
+    for path in paths:
+        entry = cached.get(path)
+        if keys[path] is not None and entry is not None and entry[0] == keys[path]:
+            results[path] = entry[1]
+        else:
+            todo.append(path)
+    if todo:
+        workers = workers or min(8, os.cpu_count() or 1)
+        with ThreadPoolExecutor(workers) as pool:  # Pillow decodes without the GIL
+            outcomes = pool.map(_check, todo)
+            if progress:
+                from tqdm import tqdm
+
+                outcomes = tqdm(outcomes, total=len(todo), desc=description, unit="img", leave=False)
+            for path, reason in zip(todo, outcomes):
+                results[path] = reason
+        cached = {p: [keys[p], results[p]] for p in paths if keys[p] is not None}
+        try:
+            os.makedirs(os.path.dirname(cache_file), exist_ok=True)
+            temporary = f"{cache_file}.{os.getpid()}.tmp"
+            with open(temporary, "w", encoding="utf-8") as f:
+                json.dump(cached, f)
+            os.replace(temporary, cache_file)
+        except OSError:
+            pass  # a read-only home only costs a rescan next time
+    return [(given[p], results[p]) for p in paths if results[p] is not None]
