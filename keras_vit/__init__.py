@@ -21,6 +21,8 @@ __version__ = "0.1.0"
 
 _LAZY = {
     "layers": "keras_vit.layers",
+    "model": "keras_vit.model",
+    "weights": "keras_vit.weights",
     "available_weights": "keras_vit.weights",
     "load_weights": "keras_vit.weights",
     "resize_position_embedding": "keras_vit.weights",

@@ -63,6 +63,14 @@ def resolve_model_config(config: TrainConfig, initial=None):
         base = initial.source_config
     else:
         base = get_variant(config.model)
+        source = initial.source_config if initial is not None else None
+        if source is not None:  # a .keras model or workdir: its architecture is what loads
+            sizes = ("hidden_size", "num_layers", "num_heads", "mlp_dim")
+            if any(getattr(source, k) != getattr(base, k) for k in sizes) or (source.resnet is None) != (
+                    base.resnet is None):
+                raise ValueError(f"--model {config.model} does not match the architecture of the weights "
+                                 f"({initial.description}): leave --model out to take the weights' own.")
+            base = source
     if config.patch_size is not None and config.patch_size != base.patch_size:
         if initial is not None:
             raise ValueError(f"--patch-size {config.patch_size} differs from the pre-trained weights' "
