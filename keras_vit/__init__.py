@@ -39,9 +39,9 @@ _keras_hook.register_layers_with_keras()
 
 def _constructor(variant):
     def build(image_size=224, num_classes=1000, weights=None, **kwargs):
-        from keras_vit.model import ViT
+        import keras_vit  # the package's ViT (loaded on first use; replaceable in tests)
 
-        return ViT(variant, image_size=image_size, num_classes=num_classes, weights=weights, **kwargs)
+        return keras_vit.ViT(variant, image_size=image_size, num_classes=num_classes, weights=weights, **kwargs)
 
     build.__name__ = build.__qualname__ = "ViT_" + variant.replace("/", "").replace("+", "_")
     build.__doc__ = (
