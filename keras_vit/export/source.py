@@ -8,7 +8,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import re
-from typing import List, Optional
+from typing import List
 
 import keras
 

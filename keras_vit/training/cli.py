@@ -160,6 +160,6 @@ def run(args) -> int:
     if "fewshot_random_init" in results:
         summary["fewshot_random_init"] = results["fewshot_random_init"]
     print(json.dumps(summary, indent=2))
-    if "model_path" in results:
+    if "model_path" in results and not results.get("already_finished"):
         print(f"wrote {results['model_path']} and {config.workdir}/results.json")
     return 0
