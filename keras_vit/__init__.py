@@ -2,27 +2,48 @@
 
     import keras_vit
     model = keras_vit.ViT_B16(image_size=384, num_classes=10, weights="imagenet21k")
+    model = keras_vit.load_model("runs/demo")   # a .keras file or a training workdir
+
+Importing keras_vit does not import Keras (so `keras-vit --help` is instant):
+each name below is imported on first use (PEP 562), and the ViT layers are
+registered for deserialisation as soon as Keras is imported, so
+`import keras_vit` then `keras.saving.load_model("model.keras")` works.
 """
 
-from keras_vit import layers
-from keras_vit.weights import (
-    available_weights,
-    from_pretrained,
-    load_weights,
-    resize_position_embedding,
-    save_pretrained,
-    save_weights,
-)
+import sys as _sys
+
+from keras_vit import _keras_hook
+from keras_vit._lazy import lazy_exports
 from keras_vit.config import ResNetConfig, ViTConfig
-from keras_vit.model import ViT, preprocess_input
 from keras_vit.variants import VARIANTS, get_variant, list_variants
 
 __version__ = "0.1.0"
 
+_LAZY = {
+    "layers": "keras_vit.layers",
+    "model": "keras_vit.model",
+    "weights": "keras_vit.weights",
+    "available_weights": "keras_vit.weights",
+    "load_weights": "keras_vit.weights",
+    "resize_position_embedding": "keras_vit.weights",
+    "save_weights": "keras_vit.weights",
+    "from_pretrained": "keras_vit.weights",
+    "save_pretrained": "keras_vit.weights",
+    "ViT": "keras_vit.model",
+    "preprocess_input": "keras_vit.model",
+    "load_model": "keras_vit.runs",
+}
+__getattr__, __dir__ = lazy_exports(__name__, _LAZY)
+
+# Registers the layers with Keras now if it is loaded, else when it is.
+_keras_hook.register_layers_with_keras()
+
 
 def _constructor(variant):
     def build(image_size=224, num_classes=1000, weights=None, **kwargs):
-        return ViT(variant, image_size=image_size, num_classes=num_classes, weights=weights, **kwargs)
+        import keras_vit  # the package's ViT (loaded on first use; replaceable in tests)
+
+        return keras_vit.ViT(variant, image_size=image_size, num_classes=num_classes, weights=weights, **kwargs)
 
     build.__name__ = build.__qualname__ = "ViT_" + variant.replace("/", "").replace("+", "_")
     build.__doc__ = (
@@ -48,8 +69,10 @@ R26_ViT_B32 = _constructor("R26+B/32")
 R_ViT_Ti16 = _constructor("R+Ti/16")
 
 __all__ = [
-    "R26_ViT_B32", "R26_ViT_S32", "R50_ViT_B16", "R_ViT_Ti16", "R50_ViT_L32", "ResNetConfig", "VARIANTS", "ViT", "ViTConfig",
+    "R26_ViT_B32", "R26_ViT_S32", "R50_ViT_B16", "R50_ViT_L32", "R_ViT_Ti16", "ResNetConfig", "VARIANTS", "ViT",
+    "ViTConfig",
     "ViT_B16", "ViT_B32", "ViT_B8", "ViT_H14", "ViT_L16", "ViT_L32", "ViT_S16", "ViT_S32", "ViT_Ti16",
-    "available_weights", "from_pretrained", "get_variant", "layers", "list_variants", "load_weights", "preprocess_input",
-    "resize_position_embedding", "save_pretrained", "save_weights",
+    "available_weights", "from_pretrained", "get_variant", "layers", "list_variants", "load_model",
+    "load_weights", "preprocess_input", "resize_position_embedding", "save_pretrained", "save_weights",
 ]
+del _sys

@@ -1,7 +1,6 @@
-"""`keras-vit variants`: the variant table with parameter counts and checkpoints."""
+"""`keras-vit variants`: the variant table (sizes from keras_vit/variants.py) and the checkpoints of each."""
 
-from keras_vit.weights.hub import available_weights
-from keras_vit.variants import VARIANTS
+NEEDS_TENSORFLOW = False
 
 
 def add_arguments(parser):
@@ -10,6 +9,9 @@ def add_arguments(parser):
 
 def run(args):
     del args
+    from keras_vit.variants import VARIANTS
+    from keras_vit.weights.hub import available_weights
+
     print(f"{'variant':10} {'width':>5} {'depth':>5} {'heads':>5} {'mlp':>5} {'patch':>5}  resnet        weights")
     for name, c in VARIANTS.items():
         resnet = str(c.resnet.num_layers) if c.resnet else "-"

@@ -11,13 +11,15 @@ from __future__ import annotations
 import json
 import os
 
+from keras_vit.cli import non_negative_int
+
 DEFAULT_FORMATS = "saved_model,tflite,tflite-fp16,tflite-dynamic,tflite-int8"
 
 
 def add_arguments(parser):
     parser.add_argument("--workdir", default="runs/demo", help="training workdir (default: runs/demo)")
     parser.add_argument("--out", default="exports/demo", help="export folder (default: exports/demo)")
-    parser.add_argument("--steps", type=int, default=None, help="optimizer steps (default: the demo recipe's)")
+    parser.add_argument("--steps", type=non_negative_int, default=None, help="optimizer steps (default: the demo recipe's)")
     parser.add_argument("--formats", default=DEFAULT_FORMATS, help=f"export formats (default: {DEFAULT_FORMATS})")
     parser.add_argument("--no-export", action="store_true", help="train only")
 

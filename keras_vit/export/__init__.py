@@ -6,12 +6,29 @@ fresh process (installed as keras_vit.export).
     report = export("runs/demo", "saved_model,tflite,tflite-int8", "exports/demo", validation_data="mnist")
 """
 
-from keras_vit.backend_guard import require_tensorflow
+import os as _os
+import sys as _sys
 
-require_tensorflow("keras_vit.export (SavedModel, TFLite and ONNX export)")
+from keras_vit._lazy import lazy_exports
 
-from keras_vit.export.pipeline import FORMATS, ExportError, ExportFailed, export, parse_formats
-from keras_vit.export.report import THRESHOLDS, format_table, print_table
+
+def _require_tensorflow():
+    from keras_vit.backend_guard import require_tensorflow
+
+    require_tensorflow("keras_vit.export (SavedModel, TFLite and ONNX export)")
+
+
+# Refuse at import time when another backend is chosen (checked without
+# importing Keras unless it already is); else on first use.
+if "keras" in _sys.modules or _os.environ.get("KERAS_BACKEND", "tensorflow") != "tensorflow":
+    _require_tensorflow()
+
+# Imported on first use (PEP 562): `keras-vit export --help` starts no TensorFlow.
+__getattr__, __dir__ = lazy_exports(__name__, {
+    **{name: "keras_vit.export.pipeline" for name in ("FORMATS", "ExportError", "ExportFailed", "export",
+                                                      "parse_formats")},
+    **{name: "keras_vit.export.report" for name in ("THRESHOLDS", "format_table", "print_table")},
+}, before=_require_tensorflow)
 
 __all__ = ["FORMATS", "THRESHOLDS", "ExportError", "ExportFailed", "export", "format_table", "parse_formats",
            "print_table"]

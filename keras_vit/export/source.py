@@ -6,10 +6,9 @@ Resolves to the Keras model, its class labels and a name for the artifacts.
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 import re
-from typing import List, Optional
+from typing import List
 
 import keras
 
@@ -35,39 +34,45 @@ def resolve(model_or_path, *, weights=None, image_size=None, num_classes=None, n
             default: the workdir's, else "0".."N-1".
         name: the artifacts' name; default from the file, folder or variant.
     """
+    from keras_vit import runs
+    from keras_vit.variants import VARIANTS, canonical_name
+
     workdir_labels = None
     if isinstance(model_or_path, keras.Model):
         model, default_name, description = model_or_path, model_or_path.name, f"in-memory model {model_or_path.name!r}"
     else:
         path = os.fspath(model_or_path)
-        if os.path.isdir(path):
-            model_file = os.path.join(path, "model.keras")
-            if not os.path.isfile(model_file):
-                raise FileNotFoundError(f"Workdir {path!r} has no model.keras (has the training finished?).")
-            model = _load_keras(model_file)
-            default_name = os.path.basename(os.path.abspath(path))
-            workdir_labels = _workdir_labels(path)
-            description = f"workdir {path}"
-        elif path.endswith(".keras") or os.path.sep in path or os.path.exists(path):
-            if not os.path.isfile(path):
-                raise FileNotFoundError(f"Model file {path!r} does not exist.")
-            model = _load_keras(path)
-            default_name = os.path.splitext(os.path.basename(path))[0]
-            description = f"model file {path}"
+        # Registered variant names ("B/16") contain "/": they are looked up
+        # before the path, unless a file or folder of that name exists.
+        if not os.path.exists(path) and _variant_name(path, VARIANTS, canonical_name):
+            model = _from_variant(path, weights, image_size, num_classes, num_channels)
+            default_name = model.name
+            description = f"variant {path} with weights {weights}"
+        elif os.path.isdir(path) or path.endswith(".keras") or os.path.sep in path or os.path.exists(path):
+            model = runs.load_model(path)
+            if os.path.isdir(path):
+                default_name = os.path.basename(os.path.abspath(path))
+                workdir_labels = runs.find_labels(path)
+                description = f"workdir {path}"
+            else:
+                default_name = os.path.splitext(os.path.basename(path))[0]
+                description = f"model file {path}"
         else:
             model = _from_variant(path, weights, image_size, num_classes, num_channels)
             default_name = model.name
             description = f"variant {path} with weights {weights}"
     _check_model(model)
     num_outputs = int(model.outputs[0].shape[-1])
-    return Source(model, _labels(labels if labels is not None else workdir_labels, num_outputs),
-                  _safe_name(name or default_name), description)
+    chosen = labels if labels is not None else workdir_labels
+    names = runs.default_labels(num_outputs) if chosen is None else runs.read_labels(chosen)
+    return Source(model, runs.check_labels(names, num_outputs), _safe_name(name or default_name), description)
 
 
-def _load_keras(path):
-    import keras_vit  # noqa: F401  (registers the ViT layers for deserialisation)
-
-    return keras.saving.load_model(path, compile=False)
+def _variant_name(text, variants, canonical_name):
+    try:
+        return canonical_name(text) in variants
+    except (ValueError, KeyError):
+        return False
 
 
 def _from_variant(variant, weights, image_size, num_classes, num_channels):
@@ -95,38 +100,6 @@ def _check_model(model):
     if len(model.outputs[0].shape) != 2 or getattr(model, "include_top", True) is False:
         raise ValueError(f"Export needs class scores (batch, classes); {model.name} returns "
                          f"{tuple(model.outputs[0].shape)} (was it built with include_top=False?).")
-
-
-def _workdir_labels(path):
-    labels_file = os.path.join(path, "labels.txt")
-    if os.path.isfile(labels_file):
-        return labels_file
-    results = os.path.join(path, "results.json")
-    if os.path.isfile(results):
-        with open(results) as f:
-            data = json.load(f)
-        for key in ("labels", "class_names"):
-            if isinstance(data.get(key), list):
-                return data[key]
-    return None
-
-
-def _labels(labels, num_classes) -> List[str]:
-    if labels is None:
-        return [str(i) for i in range(num_classes)]
-    if isinstance(labels, (str, os.PathLike)):
-        if not os.path.isfile(labels):
-            raise FileNotFoundError(f"Labels file {os.fspath(labels)!r} does not exist.")
-        with open(labels, encoding="utf-8") as f:
-            labels = [line.rstrip("\r\n") for line in f]
-        while labels and not labels[-1]:
-            labels.pop()
-    labels = [str(label) for label in labels]
-    if len(labels) != num_classes:
-        raise ValueError(f"{len(labels)} labels for a model with {num_classes} classes.")
-    if any("\n" in label or "\r" in label for label in labels):
-        raise ValueError("Labels cannot contain line breaks (they are shipped one per line).")
-    return labels
 
 
 def _safe_name(name: str) -> str:

@@ -11,38 +11,25 @@ Functions that take `images` take pixels in 0..255 (see `images`).
     inspection.make_figures(model, images, "figures/")
 """
 
-from keras_vit.inspection import plots
-from keras_vit.inspection.analysis import (
-    MeanAttentionDistance,
-    attention_distance,
-    cosine_similarity_grid,
-    embedding_filter_pca,
-    mean_attention_distance,
-    patch_distances,
-    pca,
-    position_embedding_similarity,
-    uniform_attention_distance,
-)
-from keras_vit.inspection.attention import (
-    attention_rollout,
-    embed,
-    encoder_attention,
-    forward_batches,
-    head_maps,
-    num_prefix_tokens,
-    patch_map,
-    rollout_maps,
-)
-from keras_vit.inspection.figures import make_figures
-from keras_vit.images import find_images, load_image, load_images, model_inputs, to_model_pixels
-from keras_vit.inspection.predict import (
-    Prediction,
-    find_labels,
-    load_model,
-    predict_files,
-    predict_probabilities,
-    read_labels_file,
-)
+from keras_vit._lazy import lazy_exports
+
+_FROM = {
+    "analysis": ("MeanAttentionDistance", "attention_distance", "cosine_similarity_grid", "embedding_filter_pca", "mean_attention_distance",
+                 "patch_distances", "pca", "position_embedding_similarity", "uniform_attention_distance"),
+    "attention": ("attention_rollout", "embed", "encoder_attention", "forward_batches", "head_maps", "num_prefix_tokens", "patch_map",
+                  "rollout_maps"),
+    "figures": ("make_figures",),
+    "predict": ("Prediction", "find_labels", "load_model", "predict_files", "predict_probabilities",
+                "read_labels_file"),
+}
+# Imported on first use (PEP 562): `keras-vit predict --help` starts no TensorFlow.
+__getattr__, __dir__ = lazy_exports(__name__, {
+    "plots": "keras_vit.inspection.plots",
+    **{name: f"keras_vit.inspection.{module}" for module, names in _FROM.items() for name in names},
+    # Image reading has one home for every path: keras_vit.images.
+    **{name: "keras_vit.images" for name in ("find_images", "load_image", "load_images", "model_inputs",
+                                             "to_model_pixels")},
+})
 
 __all__ = [
     "MeanAttentionDistance", "Prediction", "attention_distance", "attention_rollout", "cosine_similarity_grid",

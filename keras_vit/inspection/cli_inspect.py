@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import sys
 
+from keras_vit.cli import positive_int
+
 
 def add_arguments(parser):
     parser.add_argument("model", help="a .keras file, or a training workdir holding model.keras")
@@ -17,13 +19,13 @@ def add_arguments(parser):
                         help="an image file or a folder of images; repeat for more")
     parser.add_argument("--out", default="figures", help="output folder (default figures/)")
     parser.add_argument("--labels", help="class names for the captions: a text file or JSON list; "
-                                         "default: from the workdir's results.json, else class indices")
-    parser.add_argument("--overlays", type=int, default=4, help="images shown in rollout.png (default 4)")
-    parser.add_argument("--max-images", type=int, default=None,
+                                         "default: the workdir's labels.txt, else class indices")
+    parser.add_argument("--overlays", type=positive_int, default=4, help="images shown in rollout.png (default 4)")
+    parser.add_argument("--max-images", type=positive_int, default=None,
                         help="use at most this many images (default all)")
     parser.add_argument("--recursive", action="store_true", help="also read images in sub-folders")
-    parser.add_argument("--batch-size", type=int, default=16, help="images per forward pass (default 16)")
-    parser.add_argument("--dpi", type=int, default=100, help="resolution of the PNGs (default 100)")
+    parser.add_argument("--batch-size", type=positive_int, default=16, help="images per forward pass (default 16)")
+    parser.add_argument("--dpi", type=positive_int, default=100, help="resolution of the PNGs (default 100)")
 
 
 def run(args):

@@ -9,14 +9,16 @@ from __future__ import annotations
 import json
 import sys
 
+from keras_vit.cli import positive_int
+
 
 def add_arguments(parser):
     parser.add_argument("model", help="a .keras file, or a training workdir holding model.keras")
     parser.add_argument("images", nargs="+", help="image files and/or folders of images")
-    parser.add_argument("--top", type=int, default=5, help="classes to show per image (default 5)")
+    parser.add_argument("--top", type=positive_int, default=5, help="classes to show per image (default 5)")
     parser.add_argument("--labels", help="class names: a text file (one per line) or JSON list; "
-                                         "default: from the workdir's results.json, else class indices")
-    parser.add_argument("--batch-size", type=int, default=32, help="images per step (default 32)")
+                                         "default: the workdir's labels.txt, else class indices")
+    parser.add_argument("--batch-size", type=positive_int, default=32, help="images per step (default 32)")
     parser.add_argument("--recursive", action="store_true", help="also read images in sub-folders")
     parser.add_argument("--json", action="store_true", help="print one JSON object per image instead of a table")
     parser.add_argument("--no-progress", action="store_true", help="never show the progress bar")

@@ -3,77 +3,24 @@
 from __future__ import annotations
 
 import dataclasses
-import json
 import sys
-from pathlib import Path
 
 import numpy as np
 
+from keras_vit import runs
 from keras_vit.images import find_images, load_images, model_inputs
 
-# Where a training workdir may keep its class names, in the order tried.
-_LABEL_KEYS = ("labels", "class_names", "classes", "label_names")
-_LABEL_FILES = ("labels.txt", "labels.json", "class_names.txt")
-
-
-def load_model(path):
-    """Loads a `.keras` file, or `<workdir>/model.keras` when given a training workdir."""
-    import keras
-
-    import keras_vit  # noqa: F401 - registers the ViT layers for deserialisation
-
-    path = Path(path)
-    if path.is_dir():
-        path = path / "model.keras"
-    if not path.exists():
-        raise FileNotFoundError(f"No model at {path} (expected a .keras file or a workdir holding model.keras).")
-    return keras.saving.load_model(path, compile=False)
-
-
-def read_labels_file(path):
-    """Class names from a text file (one per line) or JSON (a list, or {index: name})."""
-    path = Path(path)
-    text = path.read_text(encoding="utf-8")
-    if path.suffix.lower() == ".json":
-        data = json.loads(text)
-        if isinstance(data, dict):
-            for key in _LABEL_KEYS:
-                if key in data:
-                    data = data[key]
-                    break
-        if isinstance(data, dict):
-            return [str(data[k]) for k in sorted(data, key=int)]
-        return [str(name) for name in data]
-    return [line.strip() for line in text.splitlines() if line.strip()]
+# The run folder is read by keras_vit.runs, the one reader of workdirs.
+load_model = runs.load_model
+read_labels_file = runs.read_labels
 
 
 def find_labels(model_path, labels_path=None):
-    """The class names for a model: `labels_path` if given, else from its workdir, else None.
-
-    A workdir's `results.json` may hold them under one of "labels",
-    "class_names", "classes"; a `labels.txt` / `labels.json` next to the model
-    is also read. None means "use class indices".
-    """
+    """The class names for a model: `labels_path` if given, else its workdir's
+    (labels.txt, or a labels list in results.json), else None (class indices)."""
     if labels_path:
-        return read_labels_file(labels_path)
-    model_path = Path(model_path)
-    workdir = model_path if model_path.is_dir() else model_path.parent
-    results = workdir / "results.json"
-    if results.exists():
-        try:
-            data = json.loads(results.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            data = {}
-        for key in _LABEL_KEYS:
-            if isinstance(data, dict) and isinstance(data.get(key), (list, dict)):
-                names = data[key]
-                if isinstance(names, dict):
-                    return [str(names[k]) for k in sorted(names, key=int)]
-                return [str(name) for name in names]
-    for name in _LABEL_FILES:
-        if (workdir / name).exists():
-            return read_labels_file(workdir / name)
-    return None
+        return runs.read_labels(labels_path)
+    return runs.find_labels(model_path)
 
 
 def outputs_are_probabilities(model):

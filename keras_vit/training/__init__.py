@@ -11,18 +11,38 @@ custom training loop), checkpointing (resumable checkpoints), evaluation
 (few-shot linear evaluation), transfer (initial weights), cli.
 """
 
-from keras_vit.backend_guard import require_tensorflow
+import os as _os
+import sys as _sys
 
-require_tensorflow("keras_vit.training (the tf.distribute trainer)")
+from keras_vit._lazy import lazy_exports
 
-from keras_vit.training.checkpointing import IncompatibleCheckpointError
-from keras_vit.training.config import FINETUNE, PRETRAIN, RECIPES, SCRATCH, Recipe, TrainConfig, demo_config
-from keras_vit.training.evaluation import extract_features, few_shot_linear_eval, fit_least_squares
-from keras_vit.training.loop import NonFiniteLossError, TrainingInterrupted, train
-from keras_vit.training.tasks import TASKS, ClassificationTask, Task
+
+def _require_tensorflow():
+    from keras_vit.backend_guard import require_tensorflow
+
+    require_tensorflow("keras_vit.training (the tf.distribute trainer)")
+
+
+# Refuse at import time when another backend is chosen (checked without
+# importing Keras unless it already is); else on first use.
+if "keras" in _sys.modules or _os.environ.get("KERAS_BACKEND", "tensorflow") != "tensorflow":
+    _require_tensorflow()
+
+# Imported on first use (PEP 562): `keras-vit train --help` reads only the
+# config module, without TensorFlow.
+__getattr__, __dir__ = lazy_exports(__name__, {
+    "IncompatibleCheckpointError": "keras_vit.training.checkpointing",
+    "CheckpointWriteError": "keras_vit.training.checkpointing",
+    **{name: "keras_vit.training.config" for name in (
+        "FINETUNE", "PRETRAIN", "RECIPES", "SCRATCH", "Recipe", "TrainConfig", "demo_config")},
+    **{name: "keras_vit.training.evaluation" for name in (
+        "extract_features", "few_shot_linear_eval", "fit_least_squares")},
+    **{name: "keras_vit.training.loop" for name in ("NonFiniteLossError", "TrainingInterrupted", "train")},
+    **{name: "keras_vit.training.tasks" for name in ("TASKS", "ClassificationTask", "Task")},
+}, before=_require_tensorflow)
 
 __all__ = [
-    "FINETUNE", "PRETRAIN", "RECIPES", "SCRATCH", "TASKS", "ClassificationTask", "IncompatibleCheckpointError",
-    "NonFiniteLossError", "Recipe", "Task", "TrainConfig", "TrainingInterrupted", "demo_config",
-    "extract_features", "few_shot_linear_eval", "fit_least_squares", "train",
+    "FINETUNE", "PRETRAIN", "RECIPES", "SCRATCH", "TASKS", "CheckpointWriteError", "ClassificationTask",
+    "IncompatibleCheckpointError", "NonFiniteLossError", "Recipe", "Task", "TrainConfig", "TrainingInterrupted",
+    "demo_config", "extract_features", "few_shot_linear_eval", "fit_least_squares", "train",
 ]

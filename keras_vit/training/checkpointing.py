@@ -6,8 +6,10 @@ scale), and a JSON "meta" entry: the step, the number of training examples
 consumed (the input position), and a fingerprint of everything that decides
 the variables' meaning (architecture, resolution, classes, optimizer, task,
 precision). A file is written to a temporary name and renamed, so a crash
-never leaves a half checkpoint; a workdir whose fingerprint differs is an
-error, never overwritten.
+never leaves a half checkpoint, and a write that fails (a full disk, an
+unwritable workdir) is a CheckpointWriteError that leaves the previous
+checkpoint in place; a workdir whose fingerprint differs is an error, never
+overwritten. Where the folder is, is keras_vit.runs' business.
 """
 
 from __future__ import annotations
@@ -16,10 +18,11 @@ import glob
 import json
 import os
 import re
-import tempfile
 from typing import Optional, Tuple
 
 import numpy as np
+
+from keras_vit import runs
 
 FORMAT = 1
 _NAME = re.compile(r"ckpt-(\d+)\.npz$")
@@ -27,6 +30,10 @@ _NAME = re.compile(r"ckpt-(\d+)\.npz$")
 
 class IncompatibleCheckpointError(ValueError):
     """The workdir holds checkpoints of a different run."""
+
+
+class CheckpointWriteError(OSError):
+    """A checkpoint could not be written (full disk, no permission); the previous one is intact."""
 
 
 def _describe(variables):
@@ -44,7 +51,7 @@ class CheckpointManager:
     """
 
     def __init__(self, workdir: str, fingerprint: dict, write: bool = True, keep: int = 2):
-        self.directory = os.path.join(workdir, "checkpoints")
+        self.directory = runs.checkpoints_dir(workdir)
         self.fingerprint = json.loads(json.dumps(fingerprint))
         self.write = write
         self.keep = keep
@@ -67,7 +74,6 @@ class CheckpointManager:
     def save(self, step: int, examples_seen: int, model, optimizer) -> Optional[str]:
         if not self.write:
             return None
-        os.makedirs(self.directory, exist_ok=True)
         meta = {
             "format": FORMAT, "step": int(step), "examples_seen": int(examples_seen),
             "fingerprint": self.fingerprint,
@@ -79,17 +85,18 @@ class CheckpointManager:
             arrays[f"model/{i:05d}"] = np.asarray(v.numpy())
         for i, v in enumerate(optimizer.variables):
             arrays[f"optimizer/{i:05d}"] = np.asarray(v.numpy())
-        fd, tmp = tempfile.mkstemp(suffix=".tmp", dir=self.directory)
         try:
-            with os.fdopen(fd, "wb") as f:
-                np.savez(f, **arrays)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, self.path(step))
-        except BaseException:
-            if os.path.exists(tmp):
-                os.remove(tmp)
-            raise
+            os.makedirs(self.directory, exist_ok=True)
+            # A temporary name, renamed into place once complete.
+            runs.write_bytes(self.path(step), lambda f: np.savez(f, **arrays))
+        except OSError as error:
+            previous = [s for s in self.steps() if s != step]
+            kept = (f"the previous checkpoint ({os.path.basename(self.path(previous[-1]))}) is intact"
+                    if previous else "no earlier checkpoint exists")
+            raise CheckpointWriteError(
+                f"Cannot write the checkpoint of step {step} to {self.directory} "
+                f"({error.strerror or error}); {kept}. Free disk space or make the workdir writable, then re-run "
+                f"the same command to resume.") from error
         for old in self.steps()[:-self.keep]:
             os.remove(self.path(old))
         return self.path(step)

@@ -4,7 +4,9 @@
         --image-size 384 --batch-size 512 --accum-steps 8 --steps 10000 --workdir runs/cifar10
 
 Recipe flags left unset keep the recipe's value (see keras_vit.training.config).
-Re-running the same command resumes from the workdir's latest checkpoint.
+Re-running the same command resumes from the workdir's latest checkpoint; Ctrl-C
+(or SIGTERM) finishes the current step, checkpoints and exits (130 / 143), a
+second Ctrl-C aborts at once. Re-running a finished run leaves its results alone.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import argparse
 import json
 import sys
 
+from keras_vit.cli import UsageError, non_negative_int, positive_int
 from keras_vit.training import config as config_lib
 
 _RECIPE_HELP = {
@@ -50,21 +53,27 @@ def _clip(text):
 
 
 def _shots(text):
-    return tuple(int(s) for s in text.split(",") if s.strip())
+    try:
+        shots = tuple(int(s) for s in text.split(",") if s.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected shots per class such as 1,5,10,25, got {text!r}") from None
+    if any(s < 1 for s in shots):
+        raise argparse.ArgumentTypeError(f"shots must be positive, got {text!r}")
+    return shots
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     run = parser.add_argument_group("run")
     run.add_argument("--model", help="variant name, e.g. B/16, S/16, Mu/4 (keras-vit variants); optional when "
                                      "--weights is a .keras file or a workdir")
-    run.add_argument("--patch-size", type=int, help="replace the variant's patch size (training from scratch)")
+    run.add_argument("--patch-size", type=positive_int, help="replace the variant's patch size (training from scratch)")
     run.add_argument("--weights", help="initial weights: checkpoint name (imagenet21k, ...), official .npz, "
                                        ".keras file or training workdir (encoder transferred, new head)")
     run.add_argument("--dataset", default="mnist5k",
                      help="mnist5k (bundled) | tfds:NAME or tfds:DATA_DIR/NAME/VERSION | folder:PATH | "
                           "list:TRAIN.csv[,EVAL.csv] (path,label rows; or .json) | tfrecord:DIR (default: mnist5k)")
     run.add_argument("--data-dir", help="tfds data directory")
-    run.add_argument("--num-classes", type=int, help="class count for tfrecord: without labels.txt")
+    run.add_argument("--num-classes", type=positive_int, help="class count for tfrecord: without labels.txt")
     run.add_argument("--train-split", default="train", help="tfds training split (default: train)")
     run.add_argument("--eval-split", help="tfds evaluation split (default: validation, else test)")
     run.add_argument("--workdir", required=True, help="checkpoints, TensorBoard logs, model.keras, results.json")
@@ -74,20 +83,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                      help="tf.distribute strategy (multi_worker reads TF_CONFIG)")
     run.add_argument("--tpu", help="TPU name/address for TPUClusterResolver ('' = local TPU VM)")
     run.add_argument("--precision", default="float32", choices=config_lib.PRECISIONS)
-    run.add_argument("--accum-steps", type=int, default=1, help="gradient accumulation micro-steps")
+    run.add_argument("--accum-steps", type=positive_int, default=1, help="gradient accumulation micro-steps")
     run.add_argument("--no-jit", dest="jit_compile", action="store_false", help="do not XLA-compile the step")
     run.add_argument("--seed", type=int, default=0)
     run.add_argument("--deterministic", action="store_true", help="tf.config.experimental.enable_op_determinism()")
-    run.add_argument("--checkpoint-every", type=int, default=1000, help="steps between checkpoints")
-    run.add_argument("--keep-checkpoints", type=int, default=2)
-    run.add_argument("--eval-every", type=int, default=0, help="steps between evaluations (0: at the end only)")
-    run.add_argument("--eval-batch-size", type=int)
-    run.add_argument("--log-every", type=int, default=10, help="steps between progress/TensorBoard updates")
-    run.add_argument("--shuffle-buffer", type=int, default=10_000)
+    run.add_argument("--checkpoint-every", type=positive_int, default=1000, help="steps between checkpoints")
+    run.add_argument("--keep-checkpoints", type=positive_int, default=2)
+    run.add_argument("--eval-every", type=non_negative_int, default=0, help="steps between evaluations (0: at the end only)")
+    run.add_argument("--eval-batch-size", type=positive_int)
+    run.add_argument("--log-every", type=positive_int, default=10, help="steps between progress/TensorBoard updates")
+    run.add_argument("--shuffle-buffer", type=positive_int, default=10_000)
     run.add_argument("--fewshot-shots", type=_shots, default=(),
                      help="few-shot linear evaluation at the end, e.g. 1,5,10,25")
     run.add_argument("--fewshot-l2", type=float, default=1.0)
-    run.add_argument("--fewshot-pool", type=int, default=10_000)
+    run.add_argument("--fewshot-pool", type=positive_int, default=10_000)
     run.add_argument("--task", default="classification",
                      help="what is learned: classification | masked_patch (keras_vit.training.tasks.TASKS; "
                           "default: classification, or the recipe's task: --recipe masked_patch picks masked_patch)")
@@ -99,7 +108,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                       help="leave out class folders without images, with a warning (default: an error)")
 
     recipe = parser.add_argument_group("recipe overrides (default: the recipe's value)")
-    types = {"grad_clip_norm": _clip, "representation_layer": _bool}
+    types = {"grad_clip_norm": _clip, "representation_layer": _bool, "image_size": positive_int,
+             "batch_size": positive_int, "steps": non_negative_int, "warmup_steps": non_negative_int}
     for field in config_lib.RECIPE_FIELDS:
         default_type = type(getattr(config_lib.FINETUNE, field))
         kind = types.get(field, str if field == "classifier" else (int if field == "image_size" else default_type))
@@ -114,18 +124,40 @@ def config_from_args(args) -> config_lib.TrainConfig:
     return config_lib.TrainConfig.create(recipe, **values)
 
 
-def run(args) -> int:
-    from keras_vit.training import IncompatibleCheckpointError, NonFiniteLossError, TrainingInterrupted, train
+def check_args(args) -> config_lib.TrainConfig:
+    """The config, after the checks that need neither TensorFlow nor data: a
+    bad value or name is a UsageError naming the flag and the fix."""
+    import os
 
-    config = config_from_args(args)
+    from keras_vit.variants import get_variant
+
+    try:
+        config = config_from_args(args)
+    except ValueError as error:
+        raise UsageError(str(error)) from None
+    if args.model is not None:
+        try:
+            get_variant(args.model)
+        except ValueError as error:
+            raise UsageError(f"--model: {error}") from None
+    if args.weights is not None and (os.sep in args.weights or args.weights.endswith((".npz", ".keras"))) \
+            and not os.path.exists(args.weights):
+        raise UsageError(f"--weights {args.weights!r} does not exist: give an official checkpoint name, an .npz, "
+                         f"a .keras file or a training workdir.")
+    if os.path.isfile(args.workdir):
+        raise UsageError(f"--workdir {args.workdir!r} is a file; give a folder (it is created if missing).")
+    return config
+
+
+def run(args) -> int:
+    config = check_args(args)
+    from keras_vit.training import TrainingInterrupted, train
+
     try:
         results = train(config)
-    except (IncompatibleCheckpointError, NonFiniteLossError) as error:
-        print(f"keras-vit train: error: {error}", file=sys.stderr)
-        return 1
     except TrainingInterrupted as error:
         print(f"keras-vit train: {error}", file=sys.stderr)
-        return 143
+        return error.exit_code
     summary = {
         "eval_top1": results["eval"]["accuracy"], "eval_top5": results["eval"]["top5"],
         "eval_loss": results["eval"]["loss"], "steps": results["steps"],
@@ -136,6 +168,6 @@ def run(args) -> int:
     if "fewshot_random_init" in results:
         summary["fewshot_random_init"] = results["fewshot_random_init"]
     print(json.dumps(summary, indent=2))
-    if "model_path" in results:
+    if "model_path" in results and not results.get("already_finished"):
         print(f"wrote {results['model_path']} and {config.workdir}/results.json")
     return 0

@@ -105,6 +105,10 @@ class Recipe:
             raise ValueError("learning_rate and weight_decay must be >= 0.")
         if self.grad_clip_norm is not None and self.grad_clip_norm <= 0:
             raise ValueError(f"grad_clip_norm must be positive or None, got {self.grad_clip_norm}.")
+        sides = self.image_size if isinstance(self.image_size, (tuple, list)) else (self.image_size,)
+        if self.image_size is not None and any(not isinstance(s, int) or s < 1 for s in sides):
+            raise ValueError(f"image_size must be a positive number of pixels (or None for the dataset's own "
+                             f"size), got {self.image_size!r}.")
 
 
 FINETUNE = Recipe(

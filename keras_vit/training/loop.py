@@ -15,7 +15,6 @@ Keras `fit` is not used: it does not work under MultiWorkerMirroredStrategy.
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import signal
@@ -28,9 +27,10 @@ import numpy as np
 import tensorflow as tf
 from tensorflow.core.framework import summary_pb2
 
+from keras_vit import runs
 from keras_vit.training import data as data_lib
 from keras_vit.training.checkpointing import CheckpointManager
-from keras_vit.training.config import TrainConfig
+from keras_vit.training.config import RECIPES, TrainConfig
 from keras_vit.training.evaluation import extract_features, few_shot_linear_eval
 from keras_vit.training.optimization import make_optimizer
 from keras_vit.training.strategies import is_chief, make_strategy, resolve_name
@@ -44,7 +44,13 @@ class NonFiniteLossError(RuntimeError):
 
 
 class TrainingInterrupted(RuntimeError):
-    """SIGTERM: a checkpoint was written and training stopped; re-run to resume."""
+    """SIGTERM or Ctrl-C (SIGINT): a checkpoint was written and training
+    stopped; re-run to resume. `exit_code` is 128 + the signal number."""
+
+    def __init__(self, message, signum=signal.SIGTERM):
+        super().__init__(message)
+        self.signum = int(signum)
+        self.exit_code = 128 + self.signum
 
 
 def resolve_model_config(config: TrainConfig, initial=None):
@@ -57,6 +63,14 @@ def resolve_model_config(config: TrainConfig, initial=None):
         base = initial.source_config
     else:
         base = get_variant(config.model)
+        source = initial.source_config if initial is not None else None
+        if source is not None:  # a .keras model or workdir: its architecture is what loads
+            sizes = ("hidden_size", "num_layers", "num_heads", "mlp_dim")
+            if any(getattr(source, k) != getattr(base, k) for k in sizes) or (source.resnet is None) != (
+                    base.resnet is None):
+                raise ValueError(f"--model {config.model} does not match the architecture of the weights "
+                                 f"({initial.description}): leave --model out to take the weights' own.")
+            base = source
     if config.patch_size is not None and config.patch_size != base.patch_size:
         if initial is not None:
             raise ValueError(f"--patch-size {config.patch_size} differs from the pre-trained weights' "
@@ -64,10 +78,18 @@ def resolve_model_config(config: TrainConfig, initial=None):
         base = base.replace(patch_size=config.patch_size)
     recipe = config.recipe
     representation = (base.representation_size or base.hidden_size) if recipe.representation_layer else None
+    # Pre-trained weights fix the classifier (a class token or not): a
+    # classifier chosen against them is an error, the recipe's default is not.
+    chosen = recipe.classifier
+    if initial is not None and chosen is not None and chosen != base.classifier:
+        named = RECIPES.get(recipe.name)
+        if named is None or named.classifier != chosen:
+            raise ValueError(f"--classifier {chosen} contradicts the pre-trained weights ({initial.description}), "
+                             f"which use the {base.classifier!r} classifier: drop --classifier, or train from "
+                             f"scratch without --weights.")
     return base.replace(
         representation_size=representation,
-        # Pre-trained weights fix the classifier (a class token or not).
-        classifier=(recipe.classifier or base.classifier) if initial is None else base.classifier,
+        classifier=(chosen or base.classifier) if initial is None else base.classifier,
         dropout_rate=recipe.dropout_rate,
         stochastic_depth_rate=recipe.stochastic_depth_rate,
     )
@@ -80,24 +102,40 @@ def _image_size(config, source):
     return (size, size) if isinstance(size, int) else tuple(size)
 
 
-class _SigtermFlag:
-    """Set by SIGTERM (main thread only); the loop checkpoints and stops."""
+class _StopSignals:
+    """SIGTERM and Ctrl-C (SIGINT), main thread only: the first sets `raised`;
+    the loop finishes its step, checkpoints and stops. A second Ctrl-C gets
+    Python's own handler back, so it aborts at once (KeyboardInterrupt)."""
+
+    SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
     def __init__(self):
         self.raised = False
-        self._previous = None
+        self.signum = None
+        self._previous = {}
 
     def __enter__(self):
         if threading.current_thread() is threading.main_thread():
-            self._previous = signal.signal(signal.SIGTERM, self._handle)
+            for signum in self.SIGNALS:
+                self._previous[signum] = signal.signal(signum, self._handle)
         return self
 
     def _handle(self, signum, frame):
         self.raised = True
+        self.signum = self.signum or signum
+        if signum == signal.SIGINT:
+            signal.signal(signal.SIGINT, _handler(self._previous[signal.SIGINT], signum))
 
     def __exit__(self, *exc):
-        if self._previous is not None:
-            signal.signal(signal.SIGTERM, self._previous)
+        for signum, previous in self._previous.items():
+            signal.signal(signum, _handler(previous, signum))
+
+
+def _handler(previous, signum):
+    # A handler installed outside Python reads as None; put Python's default back then.
+    if previous is not None:
+        return previous
+    return signal.default_int_handler if signum == signal.SIGINT else signal.SIG_DFL
 
 
 def train(config: TrainConfig, task: Optional[Task] = None,
@@ -117,7 +155,15 @@ def train(config: TrainConfig, task: Optional[Task] = None,
     Raises:
         NonFiniteLossError: the loss became NaN/inf (the last good checkpoint is kept).
         IncompatibleCheckpointError: the workdir holds another run's checkpoints.
-        TrainingInterrupted: SIGTERM arrived; a checkpoint was written.
+        TrainingInterrupted: SIGTERM or Ctrl-C arrived; a checkpoint was written.
+        CheckpointWriteError: a checkpoint could not be written (full disk,
+            unwritable workdir); the previous one is intact.
+
+    A run that has already finished (model.keras and results.json at
+    `steps`) is not trained or evaluated again: its recorded results are
+    returned. Each session of a resumed run is kept in results.json's
+    "segments": the steps it covered, the settings changed since the
+    previous session, and its figures.
     """
     started = time.time()
     # MultiWorkerMirroredStrategy wants to exist before other TF work.
@@ -132,6 +178,10 @@ def train(config: TrainConfig, task: Optional[Task] = None,
     initial = resolve_weights(config.weights)
     model_config = resolve_model_config(config, initial)
     pipeline = data_lib.Pipeline(_image_size(config, source), initial.num_channels if initial else source.num_channels)
+    if initial is not None and initial.num_channels != source.num_channels:
+        # Not an error (images are converted), but what ran must be visible.
+        print(f"keras-vit train: the images have {source.num_channels} channel(s); the pre-trained weights take "
+              f"{initial.num_channels}: images are converted to {initial.num_channels}.", flush=True)
     replicas = strategy.num_replicas_in_sync
     if recipe.batch_size % (replicas * config.accum_steps):
         raise ValueError(f"batch_size {recipe.batch_size} must be divisible by replicas ({replicas}) x "
@@ -163,9 +213,39 @@ def train(config: TrainConfig, task: Optional[Task] = None,
             apply_weights(model, initial)
     else:
         step, examples_seen = restored
+    if step >= recipe.steps and runs.is_finished(config.workdir, recipe.steps):
+        finished = runs.read_results(config.workdir)
+        if chief:
+            print(f"keras-vit train: the run in {config.workdir} already finished at step {step}; its results "
+                  f"({runs.RESULTS_FILE}) are left as they are. Raise --steps to train further, or choose a new "
+                  f"--workdir.", flush=True)
+        finished["already_finished"] = True
+        return finished
+
+    # What actually runs, beside what was asked for (a recipe's None or a
+    # dataset's size resolved), so that config.json and results.json say it.
+    resolved = {
+        "model": model_config.to_dict(), "classifier": model_config.classifier,
+        "image_size": list(pipeline.image_size), "num_classes": source.num_classes,
+        "num_channels": pipeline.num_channels, "strategy": resolve_name(config.strategy, config.tpu),
+        "num_replicas": strategy.num_replicas_in_sync,
+    }
+    settings = {**config.to_dict(), "resolved": resolved}
+    history_before = runs.segments(config.workdir)
+    segment = {"start_step": step, "started": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+    if restored is not None:
+        previous_settings = runs.read_config(config.workdir)
+        if previous_settings:
+            segment["changed"] = runs.changed_settings(previous_settings, settings)
+        if history_before and "end_step" not in history_before[-1]:
+            # The previous session stopped without a word (kill -9, power
+            # loss): it reached at least the checkpoint resumed from.
+            history_before[-1].update(end_step=step, ended="killed (resumed from its last checkpoint)")
     if chief:
-        with open(os.path.join(config.workdir, "config.json"), "w") as f:
-            json.dump(config.to_dict(), f, indent=2)
+        runs.write_config(config.workdir, settings)
+        runs.write_labels(config.workdir, getattr(source, "class_names", None), source.num_classes)
+        runs.write_results(config.workdir, {"status": "running", "steps": step,
+                                            "segments": history_before + [segment]})
 
     trainer = _Steps(strategy, model, optimizer, task, config)
     dist_train = strategy.distribute_datasets_from_function(
@@ -184,15 +264,15 @@ def train(config: TrainConfig, task: Optional[Task] = None,
         count = totals.pop("count")
         return {"num_examples": int(count), **{k: v / count for k, v in totals.items()}}
 
-    writer = tf.summary.create_file_writer(os.path.join(config.workdir, "tensorboard")) if chief else None
+    writer = tf.summary.create_file_writer(runs.tensorboard_dir(config.workdir)) if chief else None
     bar = _progress_bar(config, chief, step, model, source, strategy, pipeline)
     history, eval_history = [], []
     session_start_step, timer_start, timer_images = step, None, 0
     last_logs = {}
     iterator = iter(dist_train)
-    with _SigtermFlag() as sigterm:
+    with _StopSignals() as stop_signal:
         while step < recipe.steps:
-            sums, stop, grad_norm = trainer.train_step(iterator, tf.constant(float(sigterm.raised)))
+            sums, stop, grad_norm = trainer.train_step(iterator, tf.constant(float(stop_signal.raised)))
             step += 1
             examples_seen += recipe.batch_size
             logs = {k: float(v) / recipe.batch_size for k, v in sums.items()}
@@ -215,9 +295,15 @@ def train(config: TrainConfig, task: Optional[Task] = None,
             if step % config.checkpoint_every == 0 or step == recipe.steps or interrupted:
                 _save(manager, step, examples_seen, model, optimizer)
             if interrupted:
+                signum = stop_signal.signum or signal.SIGTERM  # a worker told by another: SIGTERM
+                if chief:
+                    segment.update(end_step=step, ended="interrupted", train=_window(history, config))
+                    runs.write_results(config.workdir, {"status": "interrupted", "steps": step,
+                                                        "segments": history_before + [segment]})
+                what = "Ctrl-C" if signum == signal.SIGINT else signal.Signals(signum).name
                 raise TrainingInterrupted(
-                    f"SIGTERM: checkpoint of step {step} written to {manager.directory}; "
-                    f"re-run the same command to resume.")
+                    f"{what}: checkpoint of step {step} written to {manager.directory}; "
+                    f"re-run the same command to resume.", signum)
             if step % config.log_every == 0 or step == recipe.steps:
                 window = history[-config.log_every:]
                 last_logs = {k: float(np.mean([h[k] for h in window])) for k in ("loss", "accuracy")}
@@ -248,6 +334,8 @@ def train(config: TrainConfig, task: Optional[Task] = None,
         "num_params": int(sum(np.prod(v.shape) for v in model.trainable_variables)),
         "dataset": {"name": source.name, "num_classes": source.num_classes, "sizes": source.sizes},
         "config": config.to_dict(),
+        "resolved": resolved,
+        "status": "finished",
     }
     if chief:
         exported = task.export_model(model)
@@ -258,17 +346,24 @@ def train(config: TrainConfig, task: Optional[Task] = None,
             baseline = task.baseline_feature_model(exported)
             if baseline is not None:
                 results["fewshot_random_init"] = _few_shot(baseline, source, pipeline, config, eval_batch)
-        model_path = os.path.join(config.workdir, "model.keras")
+        model_path = os.path.join(config.workdir, runs.MODEL_FILE)
         exported.save(model_path)
         results["model_path"] = model_path
         results["wall_time_s"] = time.time() - started
-        with open(os.path.join(config.workdir, "results.json"), "w") as f:
-            json.dump(results, f, indent=2, default=str)
+        segment.update(end_step=step, ended="finished", train=last_logs, eval=final,
+                       images_per_sec=results["images_per_sec"], wall_time_s=results["wall_time_s"])
+        results["segments"] = history_before + [segment]
+        runs.write_results(config.workdir, results)
     results["wall_time_s"] = time.time() - started
     if writer:
         writer.flush()
     _notify(callbacks, "on_train_end", model, results)
     return results
+
+
+def _window(history, config):
+    window = history[-config.log_every:]
+    return {k: float(np.mean([h[k] for h in window])) for k in ("loss", "accuracy")} if window else {}
 
 
 def _notify(callbacks, event, *args):

@@ -15,8 +15,7 @@ import dataclasses
 import os
 from typing import Optional, Union
 
-import keras
-
+from keras_vit import runs
 from keras_vit.weights import checkpoint_params, load_weights
 from keras_vit.config import ViTConfig
 from keras_vit.model import ViT
@@ -49,20 +48,15 @@ def resolve_weights(weights: Optional[str]) -> Optional[InitialWeights]:
     if weights is None:
         return None
     path = os.fspath(weights)
-    if os.path.isdir(path):
-        model_path = os.path.join(path, "model.keras")
-        if not os.path.exists(model_path):
-            raise ValueError(f"--weights {path!r} is a directory without model.keras "
-                             f"(is it a finished training workdir?).")
-        path = model_path
-    if path.endswith(".keras"):
-        if not os.path.exists(path):
-            raise ValueError(f"--weights {path!r} does not exist.")
-        source = find_vit(keras.models.load_model(path, compile=False))
+    if os.path.isdir(path) or path.endswith(".keras"):
+        try:
+            source = find_vit(runs.load_model(path))
+        except runs.ModelFileError as error:
+            raise ValueError(f"--weights: {error}") from None
         params = checkpoint_params(source)
         params.pop("head/kernel", None)
         params.pop("head/bias", None)
-        return InitialWeights(params, source.config, source.num_channels, f"encoder of {path}")
+        return InitialWeights(params, source.config, source.num_channels, f"encoder of {runs.model_path(path)}")
     return InitialWeights(path, None, 3, path)
 
 

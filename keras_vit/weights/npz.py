@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import logging
 import os
-import tempfile
 import zipfile
 from typing import Dict, Mapping
 
@@ -124,7 +123,9 @@ def save_weights(model, path) -> str:
         raise ValueError(f"Checkpoint paths end in .npz, got {path!r}.")
     directory = os.path.dirname(os.path.abspath(path))
     os.makedirs(directory, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(suffix=".npz", dir=directory)
+    from keras_vit.runs import temporary_file  # mkstemp's 0600 made readable as the umask says
+
+    fd, tmp = temporary_file(directory, suffix=".npz")
     try:
         with os.fdopen(fd, "wb") as f:
             np.savez(f, **checkpoint_params(model))

@@ -1,0 +1,265 @@
+"""The run folder (workdir): the one place that knows its layout, reads it and writes it.
+
+    <workdir>/model.keras      the trained model (written at the end of a run)
+    <workdir>/config.json      the settings of the latest session, plus what they resolved to
+    <workdir>/labels.txt       one class name per line, index = class id
+    <workdir>/results.json     the final figures and the history of the run's segments
+    <workdir>/checkpoints/     resumable state (format: keras_vit.training.checkpointing)
+    <workdir>/tensorboard/     TensorBoard logs
+
+Train writes it; predict, inspect, export and `train --weights` read it. Nothing
+here imports Keras or TensorFlow until a model is loaded, so the command line
+can describe itself without starting TensorFlow.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+import zipfile
+from pathlib import Path
+from typing import List, Optional, Sequence, Union
+
+MODEL_FILE = "model.keras"
+CONFIG_FILE = "config.json"
+LABELS_FILE = "labels.txt"
+RESULTS_FILE = "results.json"
+CHECKPOINTS_DIR = "checkpoints"
+TENSORBOARD_DIR = "tensorboard"
+
+# Keys of results.json (or of a labels .json file) that may hold class names,
+# in the order tried: "labels" is what this package writes.
+_LABEL_KEYS = ("labels", "class_names", "classes", "label_names")
+
+PathLike = Union[str, os.PathLike]
+
+
+class ModelFileError(ValueError):
+    """A model path that does not exist, or a file that is not a readable `.keras` model."""
+
+
+def model_path(path: PathLike) -> str:
+    """The `.keras` file meant by `path`: the file itself, or `<workdir>/model.keras`."""
+    path = os.fspath(path)
+    if os.path.isdir(path):
+        inner = os.path.join(path, MODEL_FILE)
+        if not os.path.isfile(inner):
+            raise ModelFileError(f"Workdir {path!r} has no {MODEL_FILE} (has the training finished? Re-run "
+                                 f"`keras-vit train` with the same --workdir to finish it).")
+        return inner
+    if not os.path.exists(path):
+        raise ModelFileError(f"Model file {path!r} does not exist: give a .keras file or a training workdir "
+                             f"holding {MODEL_FILE}.")
+    return path
+
+
+def workdir_of(path: PathLike) -> str:
+    """The run folder of a model path: the folder itself, or the folder holding the file."""
+    path = os.fspath(path)
+    return path if os.path.isdir(path) else os.path.dirname(os.path.abspath(path))
+
+
+def load_model(path: PathLike, compile: bool = False):
+    """Loads a keras_vit model from a `.keras` file or a training workdir.
+
+    Works without a prior `import keras_vit` (this function registers the
+    ViT layers). A missing path, a folder without model.keras and a file that
+    is not a readable `.keras` model each raise ModelFileError naming which.
+    """
+    file = model_path(path)
+    if not zipfile.is_zipfile(file):
+        raise ModelFileError(f"{file!r} exists but cannot be read as a .keras model: it is not a zip archive "
+                             f"(truncated or corrupt copy?). Re-copy it, or re-run the training that wrote it.")
+    import keras
+
+    import keras_vit.layers  # noqa: F401 - registers the ViT layers for deserialisation
+    import keras_vit.model  # noqa: F401
+
+    try:
+        return keras.saving.load_model(file, compile=compile)
+    except Exception as error:  # noqa: BLE001 - Keras raises many kinds for a damaged archive
+        reason = " ".join(str(error).split())
+        if len(reason) > 300:
+            reason = reason[:300] + "..."
+        raise ModelFileError(f"{file!r} exists but cannot be read as a .keras model ({type(error).__name__}: "
+                             f"{reason}). Re-copy it, or re-run the training that wrote it.") from error
+
+
+# --- labels -------------------------------------------------------------------------------------------------
+
+def read_labels(source: Union[PathLike, Sequence[str]]) -> List[str]:
+    """Class names from a list, a text file (one per line, index = class id) or a
+    JSON file (a list, {index: name}, or an object with a "labels" list)."""
+    if not isinstance(source, (str, os.PathLike)):
+        return [str(name) for name in source]
+    path = Path(source)
+    if not path.is_file():
+        raise FileNotFoundError(f"Labels file {os.fspath(source)!r} does not exist.")
+    text = path.read_text(encoding="utf-8")
+    if path.suffix.lower() == ".json":
+        try:
+            return _names(json.loads(text))
+        except (ValueError, TypeError, KeyError) as error:
+            raise ValueError(f"Labels file {os.fspath(source)!r} is not a JSON list of class names "
+                             f"({error}).") from None
+    names = [line.rstrip("\r") for line in text.split("\n")]
+    while names and not names[-1].strip():  # a trailing newline is not a class
+        names.pop()
+    return names
+
+
+def _names(data) -> List[str]:
+    if isinstance(data, dict):
+        for key in _LABEL_KEYS:
+            if key in data:
+                return _names(data[key])
+        return [str(data[k]) for k in sorted(data, key=int)]
+    if isinstance(data, list):
+        return [str(name) for name in data]
+    raise TypeError(f"expected a list of names, got {type(data).__name__}")
+
+
+def find_labels(path: PathLike) -> Optional[List[str]]:
+    """The class names kept with a model: `labels.txt` of its workdir, else a
+    labels list in its results.json; None when there are none."""
+    workdir = Path(workdir_of(path))
+    if (workdir / LABELS_FILE).is_file():
+        return read_labels(workdir / LABELS_FILE)
+    results = read_results(workdir)
+    for key in _LABEL_KEYS:
+        if isinstance(results.get(key), (list, dict)):
+            return _names(results[key])
+    return None
+
+
+def check_labels(labels: Sequence[str], num_classes: int) -> List[str]:
+    labels = [str(label) for label in labels]
+    if len(labels) != num_classes:
+        raise ValueError(f"{len(labels)} labels for a model with {num_classes} classes.")
+    if any("\n" in label or "\r" in label for label in labels):
+        raise ValueError("Labels cannot contain line breaks (they are kept one per line).")
+    return labels
+
+
+def default_labels(num_classes: int) -> List[str]:
+    return [str(i) for i in range(num_classes)]
+
+
+def write_labels(workdir: PathLike, labels: Optional[Sequence[str]], num_classes: int) -> str:
+    """Writes `<workdir>/labels.txt`: `labels`, or "0".."N-1" when None."""
+    labels = check_labels(default_labels(num_classes) if labels is None else labels, num_classes)
+    path = os.path.join(os.fspath(workdir), LABELS_FILE)
+    write_text(path, "".join(label + "\n" for label in labels))
+    return path
+
+
+# --- config and results -------------------------------------------------------------------------------------
+
+def read_json(path: PathLike) -> dict:
+    """A JSON object from `path`; {} when the file is missing or unreadable."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            data = json.load(f)
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def read_config(workdir: PathLike) -> dict:
+    return read_json(os.path.join(os.fspath(workdir), CONFIG_FILE))
+
+
+def write_config(workdir: PathLike, config: dict) -> None:
+    write_text(os.path.join(os.fspath(workdir), CONFIG_FILE), json.dumps(config, indent=2, default=str))
+
+
+def read_results(workdir: PathLike) -> dict:
+    return read_json(os.path.join(os.fspath(workdir), RESULTS_FILE))
+
+
+def write_results(workdir: PathLike, results: dict) -> None:
+    write_text(os.path.join(os.fspath(workdir), RESULTS_FILE), json.dumps(results, indent=2, default=str))
+
+
+def is_finished(workdir: PathLike, steps: int) -> bool:
+    """Whether the run in `workdir` has ended at `steps` or later: its model and final results exist."""
+    results = read_results(workdir)
+    return (os.path.isfile(os.path.join(os.fspath(workdir), MODEL_FILE)) and results.get("status") == "finished"
+            and int(results.get("steps", -1)) >= steps)
+
+
+def changed_settings(previous: dict, current: dict) -> dict:
+    """{setting: [before, after]} for the settings (flattened "recipe.x") that differ."""
+    def flat(d, prefix=""):
+        out = {}
+        for key, value in d.items():
+            if isinstance(value, dict) and key in ("recipe",):
+                out.update(flat(value, f"{key}."))
+            else:
+                out[prefix + key] = value
+        return out
+
+    before, after = flat(_settings(previous)), flat(_settings(current))
+    return {k: [before.get(k), after.get(k)] for k in sorted(set(before) | set(after))
+            if before.get(k) != after.get(k)}
+
+
+def _settings(config: dict) -> dict:
+    # What the user chose; "progress" only changes what is printed.
+    return {k: v for k, v in json.loads(json.dumps(config, default=str)).items() if k not in ("resolved", "progress")}
+
+
+def segments(workdir: PathLike) -> list:
+    """The segments (one per training session) recorded so far in results.json."""
+    found = read_results(workdir).get("segments")
+    return list(found) if isinstance(found, list) else []
+
+
+# --- writing ------------------------------------------------------------------------------------------------
+
+def checkpoints_dir(workdir: PathLike) -> str:
+    return os.path.join(os.fspath(workdir), CHECKPOINTS_DIR)
+
+
+def tensorboard_dir(workdir: PathLike) -> str:
+    return os.path.join(os.fspath(workdir), TENSORBOARD_DIR)
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def temporary_file(directory: PathLike, suffix: str = ".tmp"):
+    """(fd, path) of a new file in `directory`, with the permissions the user's
+    umask gives a new file (tempfile.mkstemp alone makes it 0600)."""
+    fd, path = tempfile.mkstemp(suffix=suffix, dir=os.fspath(directory))
+    try:
+        os.fchmod(fd, 0o666 & ~_umask())
+    except OSError:
+        pass  # a filesystem without modes (e.g. some network mounts): keep mkstemp's
+    return fd, path
+
+
+def write_bytes(path: PathLike, write, suffix: str = ".tmp") -> None:
+    """Writes a file through `write(fileobj)` to a temporary name in the same
+    folder, then renames it into place: a failure (a full disk, a crash) leaves
+    the previous file intact and no partial one."""
+    path = os.fspath(path)
+    fd, tmp = temporary_file(os.path.dirname(os.path.abspath(path)), suffix)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            write(f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+        raise
+
+
+def write_text(path: PathLike, text: str) -> None:
+    write_bytes(path, lambda f: f.write(text.encode("utf-8")))

@@ -1,0 +1,301 @@
+"""The `keras-vit` command line: instant help, one-line errors, run folders (issues #13, #16)."""
+
+import json
+import os
+import re
+import signal
+import stat
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+from keras_vit import runs
+from keras_vit.cli import COMMANDS, main
+from tests.training_helpers import checkpoint_arrays
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# Mu/4 on 7x7 patches: a few milliseconds a step.
+TRAIN = ["train", "--model", "Mu/4", "--patch-size", "7", "--recipe", "scratch", "--dataset", "mnist5k",
+         "--batch-size", "16", "--train-augment", "none", "--warmup-steps", "0", "--eval-batch-size", "500",
+         "--no-jit", "--strategy", "default", "--no-progress"]
+
+
+def _env():
+    # As a user runs it: no TF_CPP_MIN_LOG_LEVEL of the test session's.
+    env = {k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"}
+    return {**env, "PYTHONPATH": ROOT}
+
+
+def _cli(*args, timeout=240):
+    return subprocess.run([sys.executable, "-m", "keras_vit.cli", *args], cwd=ROOT, capture_output=True,
+                          text=True, timeout=timeout, env=_env())
+
+
+def _one_error_line(err, command):
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert len(lines) == 1, err
+    assert lines[0].startswith(f"keras-vit {command}: error: "), err
+    assert "Traceback" not in err
+    return lines[0]
+
+
+@pytest.fixture(scope="module")
+def finished(tmp_path_factory):
+    workdir = tmp_path_factory.mktemp("cli") / "run"
+    assert main([*TRAIN, "--steps", "2", "--checkpoint-every", "2", "--workdir", str(workdir)]) == 0
+    return workdir
+
+
+# --- help without TensorFlow (#16 item 7) -------------------------------------------------------------------
+
+def test_help_of_every_command_imports_neither_keras_nor_tensorflow():
+    script = ("import sys\nfrom keras_vit.cli import main\n"
+              "for argv in [['--help']] + [[c, '--help'] for c in sys.argv[1:]]:\n"
+              "    try:\n        main(argv)\n    except SystemExit as e:\n        assert e.code == 0, argv\n"
+              "print('LOADED', sorted(m for m in ('tensorflow', 'keras', 'jax', 'torch') if m in sys.modules))\n")
+    done = subprocess.run([sys.executable, "-c", script, *COMMANDS], cwd=ROOT, capture_output=True, text=True,
+                          timeout=60, env={**os.environ, "PYTHONPATH": ROOT})
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip().splitlines()[-1] == "LOADED []"
+    for command in COMMANDS:
+        assert f"usage: keras-vit {command}" in done.stdout
+
+
+# --- one-line errors (#13 item 5) ---------------------------------------------------------------------------
+
+@pytest.mark.parametrize("argv, code, pattern", [
+    (["nonsense"], 2, r"keras-vit: error: unknown command 'nonsense'"),
+    (["train", "--model", "X/9", "--workdir", "w"], 2, r"--model: Unknown ViT variant 'X/9'. Known variants"),
+    (["train", "--batch-size", "0", "--workdir", "w"], 2, r"--batch-size: must be a positive integer, got 0"),
+    (["train", "--image-size", "0", "--workdir", "w"], 2, r"--image-size: must be a positive integer, got 0"),
+    (["train", "--steps", "many", "--workdir", "w"], 2, r"--steps: expected an integer, got 'many'"),
+    (["train"], 2, r"the following arguments are required: --workdir"),
+    (["train", "--model", "Mu/4", "--weights", "no/such/run", "--workdir", "w"], 2,
+     r"--weights 'no/such/run' does not exist"),
+    (["train", "--recipe", "fast", "--workdir", "w"], 2, r"--recipe: invalid choice: 'fast'"),
+    (["predict", "missing.keras", "a.png"], 2, r"Model file 'missing.keras' does not exist"),
+    (["predict", "m.keras", "a.png", "--top", "0"], 2, r"--top: must be a positive integer"),
+    (["inspect", "missing.keras", "--image", "a.png"], 2, r"Model file 'missing.keras' does not exist"),
+    (["export", "missing.keras", "--formats", "tflite"], 2, r"does not exist"),
+    (["export", "B/16", "--formats", "coreml"], 2, r"Unknown export format"),
+    (["demo", "--steps", "-1"], 2, r"--steps: must be 0 or more"),
+    (["variants", "extra"], 2, r"unrecognized arguments: extra"),
+])
+def test_user_errors_are_one_line(argv, code, pattern, capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert main(argv) == code
+    captured = capsys.readouterr()
+    line = _one_error_line(captured.err, argv[0] if argv[0] in COMMANDS else "")if argv[0] in COMMANDS else \
+        captured.err.strip()
+    assert re.search(pattern, line), line
+    assert not (tmp_path / "w").exists()  # rejected before any work
+
+
+def test_a_fresh_process_prints_one_line_and_no_tensorflow_chatter(tmp_path):
+    """TensorFlow is imported (the command runs), but its start-up lines stay out."""
+    done = _cli("predict", str(tmp_path / "nope.keras"), str(tmp_path / "a.png"))
+    assert done.returncode == 2
+    line = _one_error_line(done.stderr, "predict")
+    assert "does not exist" in line and done.stdout == ""
+    debug = _cli("predict", str(tmp_path / "nope.keras"), str(tmp_path / "a.png"), "--debug")
+    assert debug.returncode == 2 and "Traceback" in debug.stderr and "ModelFileError" in debug.stderr
+
+
+def test_corrupt_keras_file_is_not_called_missing(tmp_path, capsys):
+    bad = tmp_path / "model.keras"
+    bad.write_bytes(b"\x00" * 100)
+    for argv in (["predict", str(bad), str(tmp_path)], ["inspect", str(bad), "--image", str(tmp_path)],
+                 ["export", str(bad), "--formats", "tflite", "--out", str(tmp_path / "out")]):
+        assert main(argv) == 2
+        line = _one_error_line(capsys.readouterr().err, argv[0])
+        assert "exists but cannot be read" in line and "not found" not in line.lower(), line
+
+
+def test_incompatible_workdir_and_missing_data_are_one_line(finished, tmp_path, capsys):
+    assert main([*TRAIN, "--steps", "4", "--model", "Ti/16", "--patch-size", "7", "--image-size", "28",
+                 "--workdir", str(finished)]) == 2
+    line = _one_error_line(capsys.readouterr().err, "train")
+    assert "different run" in line and "new --workdir" in line
+    assert main([*TRAIN, "--steps", "2", "--dataset", f"folder:{tmp_path / 'none'}",
+                 "--workdir", str(tmp_path / "w")]) == 2
+    _one_error_line(capsys.readouterr().err, "train")
+
+
+# --- the run folder: labels, resolved settings, finished and resumed runs (#16 items 4, 9, 11) -----------
+
+def test_a_run_folder_holds_labels_and_what_actually_ran(finished):
+    assert (finished / "labels.txt").read_text().splitlines() == [str(i) for i in range(10)]
+    config = json.loads((finished / "config.json").read_text())
+    assert config["resolved"]["image_size"] == [28, 28] and config["recipe"]["image_size"] is None
+    assert config["resolved"]["classifier"] == "gap" and config["resolved"]["num_classes"] == 10
+    results = json.loads((finished / "results.json").read_text())
+    assert results["status"] == "finished" and results["resolved"] == config["resolved"]
+    assert [s["end_step"] for s in results["segments"]] == [2]
+    umask = os.umask(0)
+    os.umask(umask)
+    for path in [*(finished / "checkpoints").iterdir(), finished / "results.json", finished / "labels.txt"]:
+        assert stat.S_IMODE(os.stat(path).st_mode) == 0o666 & ~umask, path
+
+
+def test_rerunning_a_finished_run_leaves_its_results_alone(finished, capsys):
+    before = (finished / "results.json").read_bytes()
+    assert main([*TRAIN, "--steps", "2", "--checkpoint-every", "2", "--workdir", str(finished)]) == 0
+    out = capsys.readouterr().out
+    assert out.count("already finished at step 2") == 1
+    assert (finished / "results.json").read_bytes() == before
+
+
+def test_a_resumed_run_keeps_the_history_of_its_segments(finished, tmp_path, capsys):
+    import shutil
+
+    workdir = tmp_path / "more"
+    shutil.copytree(finished, workdir)
+    assert main([*TRAIN, "--steps", "4", "--checkpoint-every", "2", "--learning-rate", "0.003",
+                 "--workdir", str(workdir)]) == 0
+    results = json.loads((workdir / "results.json").read_text())
+    first, second = results["segments"]
+    assert (first["start_step"], first["end_step"], second["start_step"], second["end_step"]) == (0, 2, 2, 4)
+    assert second["changed"] == {"recipe.learning_rate": [0.002, 0.003], "recipe.steps": [2, 4],
+                                 "workdir": [str(finished), str(workdir)]}
+    assert first["eval"] == json.loads((finished / "results.json").read_text())["eval"]
+    assert second["eval"] == results["eval"] and results["steps"] == 4
+
+
+def test_contradictions_are_rejected(finished, tmp_path, capsys):
+    # The finished run's model has a "gap" classifier: a "token" one cannot come from its weights.
+    argv = [a for a in TRAIN if a not in ("--model", "Mu/4", "--patch-size", "7")]
+    assert main([*argv, "--recipe", "finetune", "--steps", "1", "--weights", str(finished),
+                 "--classifier", "token", "--image-size", "28", "--workdir", str(tmp_path / "w")]) == 2
+    line = _one_error_line(capsys.readouterr().err, "train")
+    assert "--classifier token contradicts the pre-trained weights" in line
+    from keras_vit.training import TrainConfig
+
+    with pytest.raises(ValueError, match="image_size must be a positive number"):
+        TrainConfig.create("scratch", image_size=0)
+
+
+# --- export of a registered variant (#16 item 1) ------------------------------------------------------------
+
+def test_export_a_variant_name_with_weights(tmp_path):
+    import keras_vit
+    from keras_vit.export import ExportError, export
+    from keras_vit.export import source as source_lib
+
+    model = keras_vit.ViT("Mu/4", image_size=28, num_classes=10, num_channels=1)
+    rng = np.random.default_rng(0)
+    for v in model.weights:
+        v.assign(rng.normal(size=v.shape).astype("float32") * 0.05)
+    npz = keras_vit.save_weights(model, str(tmp_path / "mu4.npz"))
+    with pytest.raises(ExportError, match="needs weights"):  # a variant, not a missing path
+        export("B/16", "tflite", str(tmp_path / "none"), verbose=False)
+    source = source_lib.resolve("Mu/4", weights=npz, image_size=28, num_classes=10, num_channels=1)
+    x = rng.uniform(-1, 1, (2, 28, 28, 1)).astype("float32")
+    np.testing.assert_allclose(source.model(x), model(x), rtol=1e-5, atol=1e-5)
+    done = _cli("export", "Mu/4", "--weights", npz, "--image-size", "28", "--num-classes", "10",
+                "--num-channels", "1", "--formats", "tflite", "--out", str(tmp_path / "out"), "--latency-runs", "1")
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert (tmp_path / "out" / "vit.tflite").exists() or list((tmp_path / "out").glob("*.tflite"))
+
+
+# --- variants and the README agree (#16 item 11) ------------------------------------------------------------
+
+def test_variants_output_is_the_readme_table(capsys):
+    assert main(["variants"]) == 0
+    printed = capsys.readouterr().out
+    readme = open(os.path.join(ROOT, "README.md"), encoding="utf-8").read()
+    table = readme.split("$ keras-vit variants\n", 1)[1].split("```", 1)[0]
+    assert printed == table
+    assert "\nMu/4 " in printed
+
+
+# --- Ctrl-C and checkpoint write errors (#13 item 4) --------------------------------------------------------
+
+def test_ctrl_c_checkpoints_and_resuming_equals_an_uninterrupted_run(tmp_path):
+    settings = [*TRAIN, "--steps", "40", "--checkpoint-every", "1", "--keep-checkpoints", "1",
+                "--deterministic", "--dropout-rate", "0.1"]
+    straight = subprocess.Popen([sys.executable, "-m", "keras_vit.cli", *settings, "--workdir",
+                                 str(tmp_path / "straight")], cwd=ROOT, env=_env(),
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    interrupted = subprocess.Popen([sys.executable, "-m", "keras_vit.cli", *settings, "--workdir",
+                                    str(tmp_path / "resumed")], cwd=ROOT, env=_env(),
+                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    checkpoints = tmp_path / "resumed" / "checkpoints"
+    deadline = time.time() + 200
+    while not (checkpoints.exists() and list(checkpoints.glob("ckpt-*.npz"))) and time.time() < deadline:
+        time.sleep(0.05)
+    interrupted.send_signal(signal.SIGINT)
+    out, err = interrupted.communicate(timeout=200)
+    assert interrupted.returncode == 130, err[-3000:]
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert len(lines) == 1 and re.match(r"keras-vit train: Ctrl-C: checkpoint of step \d+ written to .*; "
+                                        r"re-run the same command to resume\.$", lines[0]), err
+    stopped = int(re.search(r"step (\d+)", lines[0]).group(1))
+    assert 0 < stopped < 40
+    assert [p.name for p in checkpoints.iterdir()] == [f"ckpt-{stopped:08d}.npz"]
+    assert json.loads((tmp_path / "resumed" / "results.json").read_text())["status"] == "interrupted"
+    resumed = subprocess.run([sys.executable, "-m", "keras_vit.cli", *settings, "--workdir",
+                              str(tmp_path / "resumed")], cwd=ROOT, env=_env(),
+                             capture_output=True, text=True, timeout=240)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert straight.wait(timeout=240) == 0, straight.stderr.read()[-3000:]
+    a = checkpoint_arrays(checkpoints / "ckpt-00000040.npz")
+    b = checkpoint_arrays(tmp_path / "straight" / "checkpoints" / "ckpt-00000040.npz")
+    assert a.keys() == b.keys()
+    for key in a:  # weights, dropout RNG, optimizer moments and step
+        np.testing.assert_array_equal(a[key], b[key], err_msg=key)
+    segments = json.loads((tmp_path / "resumed" / "results.json").read_text())["segments"]
+    assert [(s["start_step"], s["end_step"], s["ended"]) for s in segments] == [
+        (0, stopped, "interrupted"), (stopped, 40, "finished")]
+
+
+def test_a_second_ctrl_c_aborts_at_once():
+    from keras_vit.training.loop import _StopSignals
+
+    with _StopSignals() as stop:
+        os.kill(os.getpid(), signal.SIGINT)
+        time.sleep(0.01)
+        assert stop.raised and stop.signum == signal.SIGINT
+        with pytest.raises(KeyboardInterrupt):
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(1)
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
+def test_a_full_disk_while_checkpointing_keeps_the_previous_checkpoint(tmp_path, capsys, monkeypatch):
+    import errno
+
+    real = runs.write_bytes
+    calls = []
+
+    def fills_up(path, write, suffix=".tmp"):
+        calls.append(path) if str(path).endswith(".npz") else None
+        if str(path).endswith(".npz") and len(calls) == 2:  # the second checkpoint: the disk is full
+            def partial(f):
+                write(f)
+                raise OSError(errno.ENOSPC, "No space left on device")
+            return real(path, partial, suffix)
+        return real(path, write, suffix)
+
+    monkeypatch.setattr(runs, "write_bytes", fills_up)
+    workdir = tmp_path / "run"
+    assert main([*TRAIN, "--steps", "4", "--checkpoint-every", "1", "--workdir", str(workdir)]) == 1
+    line = _one_error_line(capsys.readouterr().err, "train")
+    assert "No space left on device" in line and "ckpt-00000001.npz) is intact" in line
+    assert [p.name for p in (workdir / "checkpoints").iterdir()] == ["ckpt-00000001.npz"]
+    checkpoint_arrays(workdir / "checkpoints" / "ckpt-00000001.npz")  # readable
+    monkeypatch.setattr(runs, "write_bytes", real)
+    assert main([*TRAIN, "--steps", "4", "--checkpoint-every", "1", "--workdir", str(workdir)]) == 0
+    segments = json.loads((workdir / "results.json").read_text())["segments"]
+    assert segments[-1]["start_step"] == 1 and segments[-1]["end_step"] == 4
+
+
+def test_an_unwritable_checkpoint_folder_is_one_line(tmp_path, capsys):
+    workdir = tmp_path / "run"
+    workdir.mkdir()
+    (workdir / "checkpoints").write_text("a file where the folder should be")
+    assert main([*TRAIN, "--steps", "2", "--checkpoint-every", "1", "--workdir", str(workdir)]) == 1
+    line = _one_error_line(capsys.readouterr().err, "train")
+    assert "Cannot write the checkpoint of step 1" in line and "no earlier checkpoint exists" in line

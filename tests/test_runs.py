@@ -1,0 +1,139 @@
+"""keras_vit.runs: the one reader/writer of a run folder (labels, results, model files, atomic writes)."""
+
+import errno
+import json
+import os
+import stat
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from keras_vit import runs
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TINY = dict(patch_size=4, hidden_size=16, mlp_dim=32, num_heads=2, num_layers=1)
+
+
+@pytest.fixture(scope="module")
+def run_folder(tmp_path_factory):
+    """A workdir as the trainer leaves it: model.keras and labels.txt."""
+    import keras_vit
+
+    folder = tmp_path_factory.mktemp("run")
+    model = keras_vit.ViT(keras_vit.ViTConfig(**TINY), image_size=8, num_classes=3, num_channels=1)
+    rng = np.random.default_rng(0)
+    for v in model.weights:  # perturbed, so that a wrong load would show
+        v.assign(rng.normal(size=v.shape).astype("float32") * 0.1)
+    model.save(folder / runs.MODEL_FILE)
+    runs.write_labels(folder, ["cat", "dog", "bird"], 3)
+    return folder, model
+
+
+def test_labels_one_reader_for_text_json_and_results(tmp_path):
+    (tmp_path / "a.txt").write_text("cat\n  spaced name\n\ndog\n\n")
+    assert runs.read_labels(tmp_path / "a.txt") == ["cat", "  spaced name", "", "dog"]  # index = class id
+    (tmp_path / "b.json").write_text(json.dumps({"1": "dog", "0": "cat"}))
+    assert runs.read_labels(tmp_path / "b.json") == ["cat", "dog"]
+    (tmp_path / "c.json").write_text(json.dumps({"labels": ["x", "y"]}))
+    assert runs.read_labels(tmp_path / "c.json") == ["x", "y"]
+    with pytest.raises(FileNotFoundError, match="does not exist"):
+        runs.read_labels(tmp_path / "missing.txt")
+    # A workdir: labels.txt first, else a list in results.json, else None.
+    work = tmp_path / "work"
+    work.mkdir()
+    assert runs.find_labels(work) is None
+    runs.write_results(work, {"class_names": ["p", "q"]})
+    assert runs.find_labels(work) == ["p", "q"]
+    runs.write_labels(work, None, 3)
+    assert (work / "labels.txt").read_text() == "0\n1\n2\n"
+    assert runs.find_labels(work / "model.keras") == ["0", "1", "2"]  # a model file finds its folder's
+    with pytest.raises(ValueError, match="2 labels for a model with 3 classes"):
+        runs.write_labels(work, ["a", "b"], 3)
+
+
+def test_load_model_from_a_file_or_a_workdir(run_folder):
+    folder, model = run_folder
+    x = np.random.default_rng(1).uniform(-1, 1, (2, 8, 8, 1)).astype("float32")
+    for path in (folder, folder / "model.keras", str(folder)):
+        loaded = runs.load_model(path)
+        np.testing.assert_allclose(loaded(x), model(x), rtol=1e-6, atol=1e-6)
+    import keras_vit
+
+    assert keras_vit.load_model is runs.load_model
+
+
+def test_missing_and_corrupt_model_files_say_which(tmp_path):
+    with pytest.raises(runs.ModelFileError, match="does not exist"):
+        runs.load_model(tmp_path / "nope.keras")
+    with pytest.raises(runs.ModelFileError, match="has no model.keras"):
+        runs.load_model(tmp_path)
+    (tmp_path / "bad.keras").write_bytes(b"not a zip at all")
+    with pytest.raises(runs.ModelFileError, match="exists but cannot be read.*not a zip archive"):
+        runs.load_model(tmp_path / "bad.keras")
+
+
+def test_truncated_keras_file_is_reported_as_unreadable(run_folder, tmp_path):
+    folder, _ = run_folder
+    data = (folder / "model.keras").read_bytes()
+    # A zip whose central directory survives but whose members are damaged.
+    import zipfile
+
+    with zipfile.ZipFile(folder / "model.keras") as good, zipfile.ZipFile(tmp_path / "t.keras", "w") as bad:
+        for item in good.infolist():
+            content = good.read(item.filename)
+            bad.writestr(item, content[: len(content) // 3] if item.filename.endswith(".json") else content)
+    assert len(data) > 0
+    with pytest.raises(runs.ModelFileError, match="exists but cannot be read as a .keras model \\("):
+        runs.load_model(tmp_path / "t.keras")
+
+
+def test_keras_load_model_after_a_plain_import_keras_vit(run_folder):
+    """`import keras_vit` does not import Keras, yet keras.saving.load_model finds the ViT classes."""
+    folder, _ = run_folder
+    path = str(folder / "model.keras")
+    script = ("import sys, keras_vit\n"
+              "assert 'keras' not in sys.modules\n"
+              "import keras\n"
+              f"m = keras.saving.load_model({path!r}, compile=False)\n"
+              "print(type(m).__module__ + '.' + type(m).__name__)\n")
+    done = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PYTHONPATH": ROOT, "TF_CPP_MIN_LOG_LEVEL": "3"})
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == "keras_vit.model.ViT"
+    # Without keras_vit, Keras 3 does not import a third-party module recorded
+    # in the file (only keras, keras_hub, keras_cv, keras_nlp): its error names
+    # the class's registered name, and keras_vit.load_model is the fix (README).
+    script = (f"import keras\ntry:\n    keras.saving.load_model({path!r})\n"
+              "except Exception as error:\n    print(type(error).__name__, 'keras_vit>ViT' in str(error))\n")
+    done = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PYTHONPATH": ROOT, "TF_CPP_MIN_LOG_LEVEL": "3"})
+    assert done.stdout.strip() == "TypeError True", done.stdout + done.stderr[-2000:]
+
+
+def test_atomic_writes_respect_the_umask_and_keep_the_old_file(tmp_path):
+    previous = os.umask(0o022)
+    try:
+        runs.write_text(tmp_path / "a.json", "{}")
+        assert stat.S_IMODE(os.stat(tmp_path / "a.json").st_mode) == 0o644
+        os.umask(0o077)
+        runs.write_text(tmp_path / "b.json", "{}")
+        assert stat.S_IMODE(os.stat(tmp_path / "b.json").st_mode) == 0o600
+    finally:
+        os.umask(previous)
+
+    def full_disk(f):
+        f.write(b"partial")
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    with pytest.raises(OSError, match="No space"):
+        runs.write_bytes(tmp_path / "a.json", full_disk)
+    assert (tmp_path / "a.json").read_text() == "{}"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.json", "b.json"]  # no temporary left
+
+
+def test_changed_settings_lists_what_differs():
+    before = {"seed": 0, "recipe": {"steps": 10, "learning_rate": 0.1}, "progress": True, "resolved": {"a": 1}}
+    after = {"seed": 0, "recipe": {"steps": 20, "learning_rate": 0.1}, "progress": False, "resolved": {"a": 2}}
+    assert runs.changed_settings(before, after) == {"recipe.steps": [10, 20]}
