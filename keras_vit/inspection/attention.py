@@ -35,7 +35,7 @@ def forward_batches(model, images, batch_size=16):
 
     Args:
         model: a keras_vit ViT.
-        images: pixels (B, H, W, C) in 0..255 (see `keras_vit.inspection.images`).
+        images: pixels (B, H, W, C) in 0..255 (see `keras_vit.images`).
         batch_size: images per forward pass.
 
     Yields, per batch, float32 numpy arrays from `model.forward_intermediates`:
