@@ -56,6 +56,11 @@ FULL_CASES = ("Ti/16@224", "S/16@224", "B/16@224", "B/16@384")
 FULL_BATCHES = (1, 8, 32)
 FULL_TRAIN_CASES = ("S/16@224", "B/16@224")
 FULL_TRAIN_BATCHES = (16, 64)
+FULL = {"cases": list(FULL_CASES), "batches": list(FULL_BATCHES), "train_cases": list(FULL_TRAIN_CASES),
+        "train_batches": list(FULL_TRAIN_BATCHES), "rounds": 5, "block_seconds": 2.0}
+QUICK = {"cases": ["B/16@224"], "batches": [8], "train_cases": ["S/16@224"], "train_batches": [16],
+         "rounds": 3, "block_seconds": 1.0}
+PIPELINE = "input pipeline (read, decode, Inception crop, flip)"  # the training section's data-only row
 PROBE_SIZE = 2048  # the square matmul whose speed is taken as the limit
 NUM_CLASSES = 10  # of every training contender (the JPEG folder has 10 classes)
 TRAINING_COST = 3  # a training image costs ~3x the forward FLOPs (backward ~2x)
@@ -510,7 +515,7 @@ def _torch_training_runner(variant, size, batch, dtype):
         loss.backward()
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
-        return float(loss)
+        return float(loss.detach())
 
     return run
 
@@ -575,8 +580,8 @@ def _training_case(args, probe, log, variant, size, batch, flops, scratch):
             continue
         runners[c.label], contenders[c.label], steps[c.label] = run, c, per_call
         closers.append(close)
-    pipeline_label = "input pipeline (read, decode, Inception crop, flip)"
-    runners[pipeline_label] = input_pipeline_runner(data_root, scratch, variant, size, batch, args.pipeline_batches)
+    runners[PIPELINE] = input_pipeline_runner(data_root, scratch, variant, size, batch, args.pipeline_batches)
+    steps[PIPELINE] = args.pipeline_batches
     log(f"training {variant}@{size} batch {batch}: {len(contenders)} contenders + input pipeline")
     probe.reset()
     try:
@@ -584,16 +589,25 @@ def _training_case(args, probe, log, variant, size, batch, flops, scratch):
     finally:
         for close in closers:
             close()
-    # Per optimizer step, in every round.
-    per_step = {label: [t / steps.get(label, 1) for t in times] for label, times in rounds.items()}
-    per_step[pipeline_label] = [t / args.pipeline_batches for t in rounds[pipeline_label]]
-    reference = "keras-hub fit float32 XLA"
+    rows = training_rows(rounds, steps, contenders, probe, variant, size, batch, flops)
+    for row in rows:
+        log(f"  {row['label']:34s} {row['images_per_s']:8.2f} img/s"
+            + (f"  {row['fraction_of_peak']:.0%} of {row['dtype']} matmul peak" if row["fraction_of_peak"] else ""))
+    return rows
+
+
+def training_rows(rounds, steps, contenders, probe, variant, size, batch, flops) -> List[dict]:
+    """Rows from one case's alternating rounds: `rounds` (label -> seconds
+    per call in each round), `steps` (label -> optimizer steps, or pipeline
+    batches, per call), `contenders` (label -> Contender; the input pipeline
+    has none). Ratios compare medians over the same rounds."""
+    per_step = {label: [t / steps[label] for t in times] for label, times in rounds.items()}
     rows = []
     for label, times in per_step.items():
         s = statistics.median(times)
         row = {"variant": variant, "image_size": size, "batch": batch, "label": label,
                "images_per_s": batch / s, "step_seconds": s, "round_seconds": times, "rounds": len(times)}
-        if label == pipeline_label:
+        if label not in contenders:
             row.update(impl="input pipeline", path="tf.data", dtype="float32", xla=False,
                        fraction_of_peak=None, gflops=None, matmul_peak_gflops=None)
         else:
@@ -601,12 +615,13 @@ def _training_case(args, probe, log, variant, size, batch, flops, scratch):
             peak = probe.peak(c.dtype)
             row.update(**asdict(c), gflops=batch * flops / s / 1e9, matmul_peak_gflops=peak,
                        fraction_of_peak=batch * flops / s / 1e9 / peak)
-        row["vs_keras_hub_fit_float32_xla"] = _ratio_to(per_step, label, reference)
-        row["vs_torch_float32"] = _ratio_to(per_step, label, "torch float32")
+        # (the input pipeline's images/s is no training speed: no ratios for it)
+        references = contenders if label in contenders else {}
+        row["vs_keras_hub_fit_float32_xla"] = _ratio_to(per_step, label, "keras-hub fit float32 XLA"
+                                                        if "keras-hub fit float32 XLA" in references else None)
+        row["vs_torch_float32"] = _ratio_to(per_step, label, "torch float32" if "torch float32" in references else None)
         row["probe"] = probe.summary()
         rows.append(row)
-        log(f"  {label:34s} {row['images_per_s']:8.2f} img/s"
-            + (f"  {row['fraction_of_peak']:.0%} of {row['dtype']} matmul peak" if row["fraction_of_peak"] else ""))
     return rows
 
 
@@ -938,21 +953,27 @@ def add_arguments(parser: argparse.ArgumentParser):
     parser.add_argument("--quick", action="store_true",
                         help="inference B/16@224 batch 8; training S/16@224 batch 16 on the paths that matter on "
                              "a CPU; 3 rounds of about 1 s")
-    parser.add_argument("--cases", nargs="+", default=list(FULL_CASES), metavar="VARIANT@SIZE",
-                        help=f"inference models (default: {' '.join(FULL_CASES)})")
-    parser.add_argument("--batches", nargs="+", type=int, default=list(FULL_BATCHES))
+    parser.add_argument("--cases", nargs="+", default=None, metavar="VARIANT@SIZE",
+                        help=f"inference models (default: {' '.join(FULL_CASES)}; --quick: {QUICK['cases'][0]})")
+    parser.add_argument("--batches", nargs="+", type=int, default=None,
+                        help=f"inference batches (default: {' '.join(map(str, FULL_BATCHES))}; --quick: "
+                             f"{QUICK['batches'][0]})")
     parser.add_argument("--dtypes", nargs="+", choices=DTYPES, default=list(DTYPES))
     parser.add_argument("--impls", nargs="+", choices=IMPLS, default=list(IMPLS))
     parser.add_argument("--sections", nargs="+", choices=SECTIONS, default=list(SECTIONS))
     parser.add_argument("--match", nargs="+", default=None, metavar="TEXT",
                         help="only the inference/training contenders whose label contains one of these, "
                              "e.g. --match train() 'torch float32'")
-    parser.add_argument("--rounds", type=int, default=5, help="alternating repetitions; medians are reported")
-    parser.add_argument("--block-seconds", type=float, default=2.0,
-                        help="each contender runs about this long per round")
-    parser.add_argument("--train-cases", nargs="+", default=list(FULL_TRAIN_CASES), metavar="VARIANT@SIZE",
-                        help=f"training models (default: {' '.join(FULL_TRAIN_CASES)})")
-    parser.add_argument("--train-batches", nargs="+", type=int, default=list(FULL_TRAIN_BATCHES))
+    parser.add_argument("--rounds", type=int, default=None,
+                        help="alternating repetitions; medians are reported (default 5; --quick: 3)")
+    parser.add_argument("--block-seconds", type=float, default=None,
+                        help="each contender runs about this long per round (default 2; --quick: 1)")
+    parser.add_argument("--train-cases", nargs="+", default=None, metavar="VARIANT@SIZE",
+                        help=f"training models (default: {' '.join(FULL_TRAIN_CASES)}; --quick: "
+                             f"{QUICK['train_cases'][0]})")
+    parser.add_argument("--train-batches", nargs="+", type=int, default=None,
+                        help=f"training batches (default: {' '.join(map(str, FULL_TRAIN_BATCHES))}; --quick: "
+                             f"{QUICK['train_batches'][0]})")
     parser.add_argument("--train-steps", type=int, default=2, help="optimizer steps per `fit` call")
     parser.add_argument("--pipeline-batches", type=int, default=8,
                         help="batches per call of the input-pipeline contender (a fresh iterator each call, "
@@ -976,14 +997,19 @@ def add_arguments(parser: argparse.ArgumentParser):
     parser.add_argument("--memory-child", default=None, help=argparse.SUPPRESS)
 
 
+def fill_defaults(args):
+    """Options left unset take the --quick or the full run's values."""
+    for name, value in (QUICK if args.quick else FULL).items():
+        if getattr(args, name) is None:
+            setattr(args, name, value)
+    return args
+
+
 def run(args):
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     if args.memory_child:
         return memory_child(args.memory_child)
-    if args.quick:
-        args.cases, args.batches, args.rounds = ["B/16@224"], [8], min(args.rounds, 3)
-        args.train_cases, args.train_batches = ["S/16@224"], [16]
-        args.block_seconds = min(args.block_seconds, 1.0)
+    fill_defaults(args)
     available = []
     for impl in args.impls:
         module = {"keras-vit": "keras_vit", "keras-hub": "keras_hub", "torch": "transformers"}[impl]
