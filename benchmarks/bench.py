@@ -820,13 +820,16 @@ def memory_child(spec_json: str):
 
 def run_memory(args, log) -> List[dict]:
     jobs = []
-    variant, size = _parse_case(args.memory_case)
-    for c in _matching(inference_contenders(args.impls, args.dtypes), args.match):
-        jobs.append(("inference", c, variant, size, args.memory_batch))
-    if args.memory_train_case:
-        variant, size = _parse_case(args.memory_train_case)
-        for c in _matching(training_contenders(args.impls, args.dtypes, full=not args.quick), args.match):
-            jobs.append(("training", c, variant, size, args.memory_train_batch))
+    for case in args.memory_cases:
+        variant, size = _parse_case(case)
+        for batch in args.memory_batches:
+            for c in _matching(inference_contenders(args.impls, args.dtypes), args.match):
+                jobs.append(("inference", c, variant, size, batch))
+    for case in args.memory_train_cases:
+        variant, size = _parse_case(case)
+        for batch in args.memory_train_batches:
+            for c in _matching(training_contenders(args.impls, args.dtypes, full=not args.quick), args.match):
+                jobs.append(("training", c, variant, size, batch))
     rows = []
     for mode, c, variant, size, batch in jobs:
         spec = json.dumps({"mode": mode, **asdict(c), "variant": variant, "image_size": size, "batch": batch})
@@ -987,11 +990,12 @@ def add_arguments(parser: argparse.ArgumentParser):
     parser.add_argument("--int8-min-agreement", type=float, default=0.0,
                         help="keras_vit.export's denylist search threshold; 0 keeps the first plan (all int8, "
                              "full-integer); 0.99 searches as `keras-vit export` does")
-    parser.add_argument("--memory-case", default="B/16@224")
-    parser.add_argument("--memory-batch", type=int, default=8)
-    parser.add_argument("--memory-train-case", default="S/16@224",
-                        help="per-step peak memory of each training contender ('' skips it)")
-    parser.add_argument("--memory-train-batch", type=int, default=16)
+    parser.add_argument("--memory-cases", nargs="+", default=["B/16@224"], metavar="VARIANT@SIZE",
+                        help="peak memory of each inference contender at these models (default B/16@224)")
+    parser.add_argument("--memory-batches", nargs="+", type=int, default=[8])
+    parser.add_argument("--memory-train-cases", nargs="*", default=["S/16@224"], metavar="VARIANT@SIZE",
+                        help="per-step peak memory of each training contender (default S/16@224; none skips it)")
+    parser.add_argument("--memory-train-batches", nargs="+", type=int, default=[16])
     parser.add_argument("--output", default="bench.json", help="JSON results")
     parser.add_argument("--markdown", default=None, help="also write the tables to this file")
     parser.add_argument("--memory-child", default=None, help=argparse.SUPPRESS)

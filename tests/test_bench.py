@@ -134,3 +134,33 @@ def test_smallest_real_run_has_trainer_rows(tmp_path):
 
 def _machine():
     return {"cpu": "test", "cores": 2, "memory_gib": 1, "gpu": "none", "load_average_at_start": (0, 0, 0)}
+
+
+def _load_plot():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("keras_vit_benchmarks_plot", os.path.join(ROOT, "benchmarks", "plot.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_plot_lines_against_batch_and_resolution(tmp_path):
+    plot = _load_plot()
+    rows = [{"variant": "B/16", "image_size": size, "batch": batch, "label": "keras-vit float32 XLA",
+             "images_per_s": size / batch} for size in (224, 384) for batch in (8, 1)]
+    against_batch = plot.series(rows, "batch", "images_per_s")
+    assert against_batch == {"B/16@224 keras-vit float32 XLA": [(1, 224.0), (8, 28.0)],
+                             "B/16@384 keras-vit float32 XLA": [(1, 384.0), (8, 48.0)]}
+    against_size = plot.series(rows, "image_size", "images_per_s")
+    assert against_size["B/16 batch 8 keras-vit float32 XLA"] == [(224, 28.0), (384, 48.0)]
+    memory = [{"mode": "training", "variant": "S/16", "image_size": 224, "batch": 16, "label": "torch float32",
+               "peak_rss_mib": 900.0}]
+    assert plot.series(memory, "batch", "peak_rss_mib") == {"training S/16@224 torch float32": [(16, 900.0)]}
+
+    results = tmp_path / "results.json"
+    results.write_text(json.dumps({"machine": _machine(), "inference": rows, "memory": memory}))
+    out = tmp_path / "out.png"
+    assert plot.main([str(results), str(out)]) == 0
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert plot.main([str(tmp_path / "missing.json"), str(out)]) == 2
