@@ -11,7 +11,10 @@ import pytest
 
 from keras_vit import cli_bench
 
-bench = cli_bench._load()
+bench = cli_bench._load()  # puts benchmarks/ on sys.path for its sections' modules
+import bench_core  # noqa: E402
+import bench_exports  # noqa: E402
+import bench_training  # noqa: E402
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
@@ -39,7 +42,7 @@ class StubProbe:
 
 def test_alternate_times_every_runner_in_every_round(monkeypatch):
     clock = FakeClock()
-    monkeypatch.setattr(bench.time, "perf_counter", clock)
+    monkeypatch.setattr(bench_core.time, "perf_counter", clock)
     costs = {"a": [1.0, 1.0, 1.0, 1.0, 5.0], "b": [2.0, 2.0, 2.0, 3.0, 4.0]}
     order = []
 
@@ -50,27 +53,27 @@ def test_alternate_times_every_runner_in_every_round(monkeypatch):
         return run
 
     probe = StubProbe()
-    rounds = bench.alternate({"a": runner("a"), "b": runner("b")}, rounds=3, block_seconds=0, probe=probe,
+    rounds = bench_core.alternate({"a": runner("a"), "b": runner("b")}, rounds=3, block_seconds=0, probe=probe,
                              warmup=2)
     # warm-up (a, a, b, b), then a, b alternating with a probe sample per round
     assert order == ["a", "a", "b", "b", "a", "b", "a", "b", "a", "b"]
     assert rounds == {"a": [1.0, 1.0, 5.0], "b": [2.0, 3.0, 4.0]}
     assert probe.samples == 3
     # medians of the same rounds: b (median 3 s) vs a (median 1 s)
-    assert bench._ratio_to(rounds, "a", "b") == pytest.approx(3.0)
-    assert bench._ratio_to(rounds, "a", "missing") is None
+    assert bench_core._ratio_to(rounds, "a", "b") == pytest.approx(3.0)
+    assert bench_core._ratio_to(rounds, "a", "missing") is None
 
 
 def test_training_rows_per_step_fraction_and_ratios():
-    hub = bench.Contender("keras-hub", "float32", True, "fit")
-    ours = bench.Contender("keras-vit", "bfloat16", False, "train()")
-    torch = bench.Contender("torch", "float32", False)
+    hub = bench_core.Contender("keras-hub", "float32", True, "fit")
+    ours = bench_core.Contender("keras-vit", "bfloat16", False, "train()")
+    torch = bench_core.Contender("torch", "float32", False)
     contenders = {c.label: c for c in (hub, ours, torch)}
     assert set(contenders) == {"keras-hub fit float32 XLA", "keras-vit train() bfloat16 no-XLA", "torch float32"}
     rounds = {hub.label: [4.0, 6.0, 5.0], ours.label: [1.0, 2.0, 1.5], torch.label: [3.0, 3.0, 3.0],
-              bench.PIPELINE: [0.8, 0.8, 0.8]}
-    steps = {hub.label: 2, ours.label: 1, torch.label: 1, bench.PIPELINE: 4}
-    rows = {r["label"]: r for r in bench.training_rows(rounds, steps, contenders, StubProbe(), "S/16", 224, 16,
+              bench_training.PIPELINE: [0.8, 0.8, 0.8]}
+    steps = {hub.label: 2, ours.label: 1, torch.label: 1, bench_training.PIPELINE: 4}
+    rows = {r["label"]: r for r in bench_training.training_rows(rounds, steps, contenders, StubProbe(), "S/16", 224, 16,
                                                        flops=3e9)}
     mine = rows[ours.label]
     assert mine["step_seconds"] == 1.5 and mine["images_per_s"] == pytest.approx(16 / 1.5)
@@ -79,7 +82,7 @@ def test_training_rows_per_step_fraction_and_ratios():
     # 16 images x 3 GFLOP / 1.5 s against the bfloat16 limit
     assert mine["fraction_of_peak"] == pytest.approx(16 * 3 / 1.5 / 200.0)
     assert rows[hub.label]["vs_keras_hub_fit_float32_xla"] == 1.0
-    pipeline = rows[bench.PIPELINE]
+    pipeline = rows[bench_training.PIPELINE]
     assert pipeline["images_per_s"] == pytest.approx(16 / 0.2) and pipeline["fraction_of_peak"] is None
     assert pipeline["vs_torch_float32"] is None
     table = bench.markdown({"machine": _machine(), "training": list(rows.values())})
@@ -87,9 +90,9 @@ def test_training_rows_per_step_fraction_and_ratios():
 
 
 def test_int8_rows_are_named_for_what_they_are():
-    assert "dynamic-range" in bench.ARTIFACTS["tflite-dynamic"]
-    assert "full-integer" in bench.ARTIFACTS["tflite-int8"] and "calibrated" in bench.ARTIFACTS["tflite-int8"]
-    rows = [{"variant": "B/16", "image_size": 224, "threads": 1, "kind": bench.ARTIFACTS[f], "latency_ms": 100.0,
+    assert "dynamic-range" in bench_exports.ARTIFACTS["tflite-dynamic"]
+    assert "full-integer" in bench_exports.ARTIFACTS["tflite-int8"] and "calibrated" in bench_exports.ARTIFACTS["tflite-int8"]
+    rows = [{"variant": "B/16", "image_size": 224, "threads": 1, "kind": bench_exports.ARTIFACTS[f], "latency_ms": 100.0,
              "megabytes": 84.0, "speedup_vs_tflite_float32": 3.0, "top1_agreement_with_keras": 1.0,
              "agreement_images": 16, "fraction_of_float32_peak": None} for f in ("tflite-dynamic", "tflite-int8")]
     table = bench.markdown({"machine": _machine(), "tflite": rows})
@@ -124,11 +127,11 @@ def test_smallest_real_run_has_trainer_rows(tmp_path):
     assert result.returncode == 0, result.stderr[-3000:]
     report = json.loads(output.read_text())
     rows = {r["label"]: r for r in report["training"]}
-    assert set(rows) == {"keras-vit train() float32 no-XLA", bench.PIPELINE}
+    assert set(rows) == {"keras-vit train() float32 no-XLA", bench_training.PIPELINE}
     trainer = rows["keras-vit train() float32 no-XLA"]
     assert trainer["path"] == "train()" and trainer["rounds"] == 2 and len(trainer["round_seconds"]) == 2
     assert trainer["images_per_s"] > 0 and 0 < trainer["fraction_of_peak"]
-    assert rows[bench.PIPELINE]["rounds"] == 2
+    assert rows[bench_training.PIPELINE]["rounds"] == 2
     assert report["arguments"]["rounds"] == 2 and "float32" in report["matmul_peak"]
 
 
