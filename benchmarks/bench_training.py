@@ -68,11 +68,12 @@ def write_jpeg_folder(root: str, image_size: int, count: int = 64, classes: int 
 
 
 def trainer_config(data_root: str, workdir: str, variant: str, image_size: int, batch: int, dtype: str, xla: bool):
-    """What `keras-vit train --model VARIANT --data folder:DATA --image-size SIZE
-    --batch-size BATCH --optimizer adamw --learning-rate 1e-4 --weight-decay 1e-4
-    [--precision mixed_bfloat16] [--no-jit]` runs: the finetune recipe with
-    the peers' optimizer (AdamW), Inception crop + flip, global-norm
-    clipping, no checkpoints, evaluation or logging within the timed steps."""
+    """What `keras-vit train --model VARIANT --dataset folder:DATA --recipe finetune
+    --image-size SIZE --batch-size BATCH --optimizer adamw --learning-rate 1e-4
+    --weight-decay 1e-4 --warmup-steps 0 [--precision mixed_bfloat16] [--no-jit]`
+    runs: the finetune recipe with the peers' optimizer (AdamW), Inception
+    crop + flip, global-norm clipping; no checkpoint, evaluation or log line
+    falls within the timed steps."""
     from keras_vit.training.config import TrainConfig
 
     return TrainConfig.create(
