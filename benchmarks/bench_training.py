@@ -1,0 +1,299 @@
+"""The training section of benchmarks/bench.py: the project's own trainer
+(keras_vit.training.train, one optimizer step per call), `fit` of keras-vit
+and keras-hub, HF torch's training step, and the trainer's input pipeline
+alone."""
+
+from __future__ import annotations
+
+import os
+import queue
+import shutil
+import statistics
+import tempfile
+import threading
+from dataclasses import asdict
+from typing import List
+
+import numpy as np
+
+from bench_core import (DTYPES, Contender, _keras_hub_backbone, _keras_policy, _keras_vit_model, _matching,
+                        _random_images, _ratio_to, _torch_config, alternate, macs_per_image, _parse_case)
+
+NUM_CLASSES = 10  # of every training contender (the JPEG folder has 10 classes)
+TRAINING_COST = 3  # a training image costs ~3x the forward FLOPs (backward ~2x)
+PIPELINE = "input pipeline (read, decode, Inception crop, flip)"  # the section's data-only row
+
+
+def training_contenders(impls, dtypes, full: bool) -> List[Contender]:
+    """The project's trainer and both Keras models' `fit`, float32 and
+    mixed_bfloat16 with and without XLA; torch eager (bfloat16 by autocast).
+
+    The quick run keeps every trainer path that matters on a CPU (float32
+    XLA, bfloat16 both ways) and each peer's best float32 and bfloat16 path.
+    """
+    every = [(d, x) for d in DTYPES for x in (True, False)]
+    quick_trainer = [("float32", True), ("bfloat16", True), ("bfloat16", False)]
+    quick_fit = [("float32", True), ("bfloat16", False)]
+    out = []
+    if "keras-vit" in impls:
+        out += [Contender("keras-vit", d, x, "train()") for d, x in (every if full else quick_trainer)]
+        out += [Contender("keras-vit", d, x, "fit") for d, x in (every if full else quick_fit)]
+    if "keras-hub" in impls:
+        out += [Contender("keras-hub", d, x, "fit") for d, x in (every if full else quick_fit)]
+    if "torch" in impls:
+        out += [Contender("torch", d, False) for d in DTYPES]
+    return [c for c in out if c.dtype in dtypes]
+
+
+def write_jpeg_folder(root: str, image_size: int, count: int = 64, classes: int = NUM_CLASSES) -> str:
+    """A folder dataset for the trainer (root/train/<class>/*.jpg and one
+    image per class in root/val/), images of 8/7 x 10/7 the training size
+    (256 x 320 for 224, stored as the resize-to-256 convention would),
+    smooth random colour fields so JPEG decoding costs what a photo's does."""
+    from PIL import Image
+
+    rng = np.random.RandomState(0)
+    height = image_size * 8 // 7
+    width = image_size * 10 // 7
+    for split, per_class in (("train", max(1, count // classes)), ("val", 1)):
+        for c in range(classes):
+            directory = os.path.join(root, split, f"class{c:02d}")
+            os.makedirs(directory, exist_ok=True)
+            for i in range(per_class):
+                small = rng.randint(0, 256, (8, 10, 3)).astype(np.uint8)
+                image = Image.fromarray(small).resize((width, height), Image.BICUBIC)
+                noisy = np.clip(np.asarray(image, np.int16) + rng.randint(-12, 13, (height, width, 3)), 0, 255)
+                Image.fromarray(noisy.astype(np.uint8)).save(os.path.join(directory, f"{i:04d}.jpg"), quality=90)
+    return root
+
+
+def trainer_config(data_root: str, workdir: str, variant: str, image_size: int, batch: int, dtype: str, xla: bool):
+    """What `keras-vit train --model VARIANT --dataset folder:DATA --recipe finetune
+    --image-size SIZE --batch-size BATCH --optimizer adamw --learning-rate 1e-4
+    --weight-decay 1e-4 --warmup-steps 0 [--precision mixed_bfloat16] [--no-jit]`
+    runs: the finetune recipe with the peers' optimizer (AdamW), Inception
+    crop + flip, global-norm clipping; no checkpoint, evaluation or log line
+    falls within the timed steps."""
+    from keras_vit.training.config import TrainConfig
+
+    return TrainConfig.create(
+        "finetune", model=variant, dataset=f"folder:{data_root}", workdir=workdir,
+        optimizer="adamw", learning_rate=1e-4, weight_decay=1e-4, warmup_steps=0, steps=10**9,
+        batch_size=batch, image_size=image_size, train_augment="inception_crop_flip",
+        precision=_keras_policy(dtype), jit_compile=xla, checkpoint_every=10**9, log_every=10**9,
+        eval_every=0, progress=False)
+
+
+class _StopTraining(Exception):
+    pass
+
+
+class TrainerSteps:
+    """`keras_vit.training.train` running in a thread, one optimizer step per call.
+
+    train() runs unchanged (its strategy, model, `_Steps`, tf.data pipeline
+    and per-step bookkeeping); a step-end callback hands control back to the
+    caller after every step and waits to be let go again, so a call of this
+    object times exactly one iteration of the trainer's loop. Construction
+    returns after the first step (building, compiling). Between calls the
+    trainer's prefetch buffer may fill up (it is a few batches), so a slow
+    input pipeline shows in the `input pipeline` row rather than here.
+    """
+
+    def __init__(self, config, timeout: float = 3600):
+        from keras_vit.training import train
+
+        self._go = threading.Semaphore(0)
+        self._done: "queue.Queue" = queue.Queue()
+        self._stop = False
+        self._timeout = timeout
+
+        trainer = self
+
+        class Handoff:
+            def on_step_end(self, step, logs):
+                trainer._done.put(("step", logs["loss"]))
+                trainer._go.acquire()
+                if trainer._stop:
+                    raise _StopTraining()
+
+        def work():
+            try:
+                train(config, callbacks=[Handoff()])
+                self._done.put(("error", RuntimeError("train() ended before the benchmark stopped it")))
+            except _StopTraining:
+                pass
+            except BaseException as error:  # reported to the caller's thread
+                self._done.put(("error", error))
+
+        self._thread = threading.Thread(target=work, name="keras-vit-train", daemon=True)
+        self._thread.start()
+        self._wait()
+
+    def _wait(self):
+        kind, value = self._done.get(timeout=self._timeout)
+        if kind == "error":
+            raise value
+        return value
+
+    def __call__(self):
+        self._go.release()
+        return self._wait()
+
+    def close(self):
+        if self._thread.is_alive():
+            self._stop = True
+            self._go.release()
+            self._thread.join(timeout=self._timeout)
+
+
+def _fit_runner(impl, variant, size, batch, dtype, xla, steps):
+    """`fit` on one in-memory batch repeated (nothing waits on input), AdamW."""
+    import keras
+    import tensorflow as tf
+
+    if impl == "keras-vit":
+        model = _keras_vit_model(variant, size, dtype, include_top=True, num_classes=NUM_CLASSES)
+    else:
+        backbone = _keras_hub_backbone(variant, size, dtype)
+        images = keras.Input((size, size, 3))
+        tokens = backbone(images)
+        logits = keras.layers.Dense(NUM_CLASSES, dtype="float32", name="head")(tokens[:, 0])
+        model = keras.Model(images, logits)
+    model.compile(
+        optimizer=keras.optimizers.AdamW(1e-4, weight_decay=1e-4),
+        loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+        jit_compile=xla,
+    )
+    data = tf.data.Dataset.from_tensors((
+        _random_images(batch, size),
+        np.random.RandomState(1).randint(0, NUM_CLASSES, (batch,)).astype("int32"),
+    )).repeat()
+    return lambda: model.fit(data, epochs=1, steps_per_epoch=steps, verbose=0)
+
+
+def _torch_training_runner(variant, size, batch, dtype):
+    """HF ViTForImageClassification: forward, cross-entropy, backward, AdamW."""
+    import torch
+    import transformers
+
+    torch.set_num_threads(os.cpu_count() or 1)
+    model = transformers.ViTForImageClassification(_torch_config(variant, size, num_labels=NUM_CLASSES)).train()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, weight_decay=1e-4)
+    pixels = torch.from_numpy(_random_images(batch, size).transpose(0, 3, 1, 2).copy())
+    labels = torch.from_numpy(np.random.RandomState(1).randint(0, NUM_CLASSES, (batch,)))
+
+    def run():
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=dtype == "bfloat16"):
+            loss = model(pixel_values=pixels, labels=labels).loss
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        return float(loss.detach())
+
+    return run
+
+
+def training_runner(c: Contender, variant, size, batch, data_root, workdir, fit_steps):
+    """(run one optimizer step or `fit_steps` of them, steps per call, close)."""
+    if c.path == "train()":
+        trainer = TrainerSteps(trainer_config(data_root, workdir, variant, size, batch, c.dtype, c.xla))
+        return trainer, 1, trainer.close
+    if c.path == "fit":
+        return _fit_runner(c.impl, variant, size, batch, c.dtype, c.xla, fit_steps), fit_steps, lambda: None
+    return _torch_training_runner(variant, size, batch, c.dtype), 1, lambda: None
+
+
+def input_pipeline_runner(data_root, workdir, variant, size, batch, batches_per_call):
+    """The trainer's own training stream (data.train_dataset: read, decode,
+    Inception crop, flip, batch, prefetch) consumed alone; a fresh iterator
+    per call, so nothing prefetched while other contenders ran is counted."""
+    import tensorflow as tf
+
+    from keras_vit.training import data as data_lib
+
+    config = trainer_config(data_root, workdir, variant, size, batch, "float32", True)
+    source = data_lib.open_source(config)
+    pipeline = data_lib.Pipeline((size, size), source.num_channels)
+    dataset = data_lib.train_dataset(source, pipeline, config, tf.distribute.InputContext(), 0)
+    dataset = dataset.take(batches_per_call)
+
+    def run():
+        for batch_ in dataset:
+            batch_["image"].numpy()
+
+    return run
+
+
+def run_training(args, probe, log) -> List[dict]:
+    """Per case: every training contender and the input pipeline in
+    alternating rounds; images/s per optimizer step, as a fraction of the
+    matmul limit at 3x the forward FLOPs per image."""
+    rows = []
+    for case in args.train_cases:
+        variant, size = _parse_case(case)
+        flops = TRAINING_COST * 2 * macs_per_image(variant, size)
+        for batch in args.train_batches:
+            scratch = tempfile.mkdtemp(prefix="keras-vit-bench-")
+            try:
+                rows += _training_case(args, probe, log, variant, size, batch, flops, scratch)
+            finally:
+                shutil.rmtree(scratch, ignore_errors=True)
+    return rows
+
+
+def _training_case(args, probe, log, variant, size, batch, flops, scratch):
+    data_root = write_jpeg_folder(os.path.join(scratch, "data"), size, count=max(64, 2 * batch))
+    runners, contenders, steps, closers = {}, {}, {}, []
+    for i, c in enumerate(_matching(training_contenders(args.impls, args.dtypes, full=not args.quick), args.match)):
+        try:
+            run, per_call, close = training_runner(c, variant, size, batch, data_root,
+                                                   os.path.join(scratch, f"run{i}"), args.train_steps)
+        except Exception as error:  # a peer that cannot build this case is reported, not fatal
+            log(f"  skip training {c.label}: {type(error).__name__}: {error}")
+            continue
+        runners[c.label], contenders[c.label], steps[c.label] = run, c, per_call
+        closers.append(close)
+    runners[PIPELINE] = input_pipeline_runner(data_root, scratch, variant, size, batch, args.pipeline_batches)
+    steps[PIPELINE] = args.pipeline_batches
+    log(f"training {variant}@{size} batch {batch}: {len(contenders)} contenders + input pipeline")
+    probe.reset()
+    try:
+        rounds = alternate(runners, args.rounds, args.block_seconds, probe, warmup=1)
+    finally:
+        for close in closers:
+            close()
+    rows = training_rows(rounds, steps, contenders, probe, variant, size, batch, flops)
+    for row in rows:
+        log(f"  {row['label']:34s} {row['images_per_s']:8.2f} img/s"
+            + (f"  {row['fraction_of_peak']:.0%} of {row['dtype']} matmul peak" if row["fraction_of_peak"] else ""))
+    return rows
+
+
+def training_rows(rounds, steps, contenders, probe, variant, size, batch, flops) -> List[dict]:
+    """Rows from one case's alternating rounds: `rounds` (label -> seconds
+    per call in each round), `steps` (label -> optimizer steps, or pipeline
+    batches, per call), `contenders` (label -> Contender; the input pipeline
+    has none). Ratios compare medians over the same rounds."""
+    per_step = {label: [t / steps[label] for t in times] for label, times in rounds.items()}
+    rows = []
+    for label, times in per_step.items():
+        s = statistics.median(times)
+        row = {"variant": variant, "image_size": size, "batch": batch, "label": label,
+               "images_per_s": batch / s, "step_seconds": s, "round_seconds": times, "rounds": len(times)}
+        if label not in contenders:
+            row.update(impl="input pipeline", path="tf.data", dtype="float32", xla=False,
+                       fraction_of_peak=None, gflops=None, matmul_peak_gflops=None)
+        else:
+            c = contenders[label]
+            peak = probe.peak(c.dtype)
+            row.update(**asdict(c), gflops=batch * flops / s / 1e9, matmul_peak_gflops=peak,
+                       fraction_of_peak=batch * flops / s / 1e9 / peak)
+        # (the input pipeline's images/s is no training speed: no ratios for it)
+        references = contenders if label in contenders else {}
+        row["vs_keras_hub_fit_float32_xla"] = _ratio_to(per_step, label, "keras-hub fit float32 XLA"
+                                                        if "keras-hub fit float32 XLA" in references else None)
+        row["vs_torch_float32"] = _ratio_to(per_step, label, "torch float32" if "torch float32" in references else None)
+        row["probe"] = probe.summary()
+        rows.append(row)
+    return rows
