@@ -20,6 +20,8 @@ def add_arguments(parser):
     parser.add_argument("--workdir", default="runs/demo", help="training workdir (default: runs/demo)")
     parser.add_argument("--out", default="exports/demo", help="export folder (default: exports/demo)")
     parser.add_argument("--steps", type=non_negative_int, default=None, help="optimizer steps (default: the demo recipe's)")
+    parser.add_argument("--seed", type=non_negative_int, default=0,
+                        help="initialisation, shuffling and augmentation seed (default: 0)")
     parser.add_argument("--formats", default=DEFAULT_FORMATS, help=f"export formats (default: {DEFAULT_FORMATS})")
     parser.add_argument("--no-export", action="store_true", help="train only")
 
@@ -27,7 +29,9 @@ def add_arguments(parser):
 def run(args):
     from keras_vit import training
 
-    overrides = {} if args.steps is None else {"steps": args.steps}
+    overrides = {"seed": args.seed}
+    if args.steps is not None:
+        overrides["steps"] = args.steps
     config = training.demo_config(workdir=args.workdir, **overrides)
     print(f"== Training {config.model} ({config.recipe.name} recipe) on the bundled MNIST digits -> {args.workdir}")
     results = training.train(config)

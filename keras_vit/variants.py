@@ -22,7 +22,7 @@ _SIZES = {
     "B": (768, 12, 12, 3072),
     "L": (1024, 24, 16, 4096),
     "H": (1280, 32, 16, 5120),
-    "Mu": (64, 4, 4, 128),  # micro: the CPU demo (MNIST), not from the paper
+    "Mu": (128, 4, 4, 256),  # micro: the CPU demo (MNIST), not from the paper
 }
 
 

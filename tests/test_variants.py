@@ -28,7 +28,7 @@ PARAMETER_COUNTS = {
     "R50+L/32": 328_994_856,
     "R+Ti/16": 6_337_704,
     "R26+B/32": 101_383_976,
-    "Mu/4": 402_984,  # the CPU demo's micro size (not from the paper)
+    "Mu/4": 1_067_112,  # the CPU demo's micro size (not from the paper)
 }
 
 
