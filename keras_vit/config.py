@@ -10,6 +10,10 @@ import dataclasses
 from typing import Optional, Tuple
 
 CLASSIFIERS = ("token", "gap")
+# How patch positions reach the encoder (the paper's Appendix D.4, plus the
+# fixed sin-cos table of MAE / big_vision). Only "learned_1d" fits the
+# official checkpoint layout; the others are saved as `.keras` files.
+POSITION_EMBEDDINGS = ("learned_1d", "learned_2d", "sincos_2d", "relative", "none")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -75,6 +79,15 @@ class ViTConfig:
             the official code, False the exact (erf) GELU of HF transformers
             (hidden_act="gelu"), timm and keras-hub. A checkpoint reproduces
             its source's outputs only with its source's choice.
+        position_embedding: how the encoder learns where each patch is:
+            "learned_1d" (the paper's and every official checkpoint's: one
+            learned vector per token), "learned_2d" (the paper's App. D.4
+            2-D variant: a learned column and a learned row table of D/2
+            each, concatenated), "sincos_2d" (fixed sin-cos of the column
+            and row, as in MAE and big_vision; no weights, any resolution),
+            "relative" (a learned per-head bias of the attention logits for
+            each 2-D offset between patches, in every block) or "none" (a
+            bag of patches).
     """
 
     patch_size: int
@@ -90,6 +103,7 @@ class ViTConfig:
     stochastic_depth_rate: float = 0.0
     layer_norm_epsilon: float = 1e-6
     gelu_approximate: bool = True
+    position_embedding: str = "learned_1d"
 
     def __post_init__(self):
         if isinstance(self.resnet, dict):
@@ -111,6 +125,14 @@ class ViTConfig:
                 raise ValueError(f"ViTConfig.{field} must be in [0, 1), got {getattr(self, field)!r}.")
         if not 0.0 < float(self.layer_norm_epsilon) < 1.0:
             raise ValueError(f"ViTConfig.layer_norm_epsilon must be in (0, 1), got {self.layer_norm_epsilon!r}.")
+        if self.position_embedding not in POSITION_EMBEDDINGS:
+            raise ValueError(f"ViTConfig.position_embedding must be one of {POSITION_EMBEDDINGS}, got "
+                             f"{self.position_embedding!r}.")
+        # Both 2-D tables split the width in halves (column, row); sin-cos splits each half again.
+        divisor = {"learned_2d": 2, "sincos_2d": 4}.get(self.position_embedding, 1)
+        if self.hidden_size % divisor:
+            raise ValueError(f"position_embedding={self.position_embedding!r} needs hidden_size divisible by "
+                             f"{divisor}, got {self.hidden_size}: change hidden_size or the position embedding.")
         object.__setattr__(self, "layer_norm_epsilon", float(self.layer_norm_epsilon))
         object.__setattr__(self, "gelu_approximate", bool(self.gelu_approximate))
 

@@ -32,7 +32,9 @@ class ViT(keras.Model):
 
     Images (B, H, W, C) in [-1, 1] (or 0..255 with include_preprocessing)
     -> [ResNet stem] -> patches -> [class token] -> + position embedding ->
-    encoder -> pooled token -> [pre-logits] -> [head].
+    encoder -> pooled token -> [pre-logits] -> [head]. With
+    position_embedding="relative" (or "none") nothing is added to the
+    tokens: the encoder's attention carries the relative bias instead.
 
     Args:
         config: a ViTConfig or a variant name ("B/16", "R50+B/16", ...).
@@ -95,7 +97,9 @@ class ViT(keras.Model):
         )
         patch_embedding = vit_layers.PatchEmbedding(config.hidden_size, config.patch_size, name="embedding")
         class_token = vit_layers.ClassToken(name="cls") if config.classifier == "token" else None
-        position_embedding = vit_layers.PositionEmbedding(name="posembed_input")
+        grid = (height // stride, width // stride)
+        num_prefix_tokens = 1 if class_token is not None else 0
+        position_embedding = _position_embedding(config.position_embedding, grid, num_prefix_tokens)
         embedding_dropout = keras.layers.Dropout(config.dropout_rate, name="embedding_dropout")
         encoder = vit_layers.Encoder(
             config.num_layers,
@@ -106,6 +110,8 @@ class ViT(keras.Model):
             config.stochastic_depth_rate,
             config.layer_norm_epsilon,
             config.gelu_approximate,
+            relative_position_grid=grid if config.position_embedding == "relative" else None,
+            num_prefix_tokens=num_prefix_tokens,
             name="Transformer",
         )
         pooling = vit_layers.TokenPooling(config.classifier, name="pooling")
@@ -147,6 +153,7 @@ class ViT(keras.Model):
         self.resnet = resnet
         self.patch_embedding = patch_embedding
         self.class_token = class_token
+        # The layer adding positions to the tokens; None for "relative" and "none".
         self.position_embedding = position_embedding
         self.embedding_dropout = embedding_dropout
         self.encoder = encoder
@@ -255,7 +262,7 @@ def embed_images(images, preprocessing, resnet, patch_embedding, class_token, po
     """The one embedding path: images -> the tokens the encoder sees (B, T, D).
 
     [preprocessing] -> [ResNet stem] -> patch embedding -> [patch_hook] ->
-    [class token] -> + position embedding -> dropout. The ViT builds its
+    [class token] -> [+ position embedding] -> dropout. The ViT builds its
     graph with it (symbolic tensors) and `ViT.embed` calls it with the
     model's layers (eager or traced), so the two cannot disagree.
     Optional layers are None. training=None leaves the mode to the caller's
@@ -269,7 +276,22 @@ def embed_images(images, preprocessing, resnet, patch_embedding, class_token, po
         x = patch_hook(x)
     if class_token is not None:
         x = class_token(x)  # (B, N + 1, D)
-    return embedding_dropout(position_embedding(x), training=training)
+    if position_embedding is not None:
+        x = position_embedding(x)
+    return embedding_dropout(x, training=training)
+
+
+def _position_embedding(kind, grid, num_prefix_tokens):
+    """The layer that adds `kind` of position embedding to the tokens, or None
+    when nothing is added ("relative" lives in the attention, "none" is none).
+    Every absolute kind is named "posembed_input", the official module name."""
+    if kind == "learned_1d":
+        return vit_layers.PositionEmbedding(name="posembed_input")
+    if kind == "learned_2d":
+        return vit_layers.PositionEmbedding2D(grid, num_prefix_tokens, name="posembed_input")
+    if kind == "sincos_2d":
+        return vit_layers.SinCosPositionEmbedding2D(grid, num_prefix_tokens, name="posembed_input")
+    return None
 
 
 def _default_name(config: ViTConfig) -> str:

@@ -54,13 +54,20 @@ def pca(samples, num_components, shape=None):
 def position_embedding_similarity(model):
     """Cosine similarity of every patch's position embedding with every other (Figure 7, centre).
 
-    The class token's embedding is skipped.
+    The class token's embedding is skipped. Every absolute kind of
+    position embedding (learned 1-D or 2-D, sin-cos) has a table; a model
+    with position_embedding="relative" or "none" has none (ValueError).
 
     Returns:
         (rows, cols, rows, cols): [i, j] is the map of similarities between
         the embedding of patch (i, j) and that of every patch.
     """
-    table = np.asarray(model.position_embedding.pos_embedding, dtype=np.float64)[0]  # (T, D)
+    from keras import ops
+
+    if model.position_embedding is None:
+        raise ValueError(f"{model.name} has no position embedding table (position_embedding="
+                         f"{model.config.position_embedding!r}): position similarity needs an absolute kind.")
+    table = np.asarray(ops.convert_to_numpy(model.position_embedding.table()), np.float64)[0]  # (T, D)
     return cosine_similarity_grid(table[num_prefix_tokens(model):], model.grid_size)
 
 

@@ -65,8 +65,10 @@ def make_figures(model, images, out_dir, labels=None, num_overlays=4, batch_size
         components, explained = analysis.embedding_filter_pca(model, 28)
         paths["embedding_filters"] = plots.plot_embedding_filters(
             components, os.path.join(out_dir, "embedding_filters.png"), explained=explained, dpi=dpi)
-    paths["position_similarity"] = plots.plot_position_similarity(
-        analysis.position_embedding_similarity(model), os.path.join(out_dir, "position_similarity.png"), dpi=dpi)
+    if model.position_embedding is not None:  # "relative" and "none" have no table to compare
+        paths["position_similarity"] = plots.plot_position_similarity(
+            analysis.position_embedding_similarity(model), os.path.join(out_dir, "position_similarity.png"),
+            dpi=dpi)
     paths["attention_distance"] = plots.plot_attention_distance(
         distance.result(), os.path.join(out_dir, "attention_distance.png"),
         uniform=analysis.uniform_attention_distance(model.grid_size, model.config.total_stride), dpi=dpi)

@@ -9,7 +9,10 @@ from keras_vit.layers.patch_corruption import PatchCorruption
 from keras_vit.layers.patch_embedding import PatchEmbedding
 from keras_vit.layers.pooling import TokenPooling
 from keras_vit.layers.position_embedding import PositionEmbedding
+from keras_vit.layers.position_embedding_2d import PositionEmbedding2D
+from keras_vit.layers.relative_position_bias import RelativePositionBias
 from keras_vit.layers.resnet import BottleneckUnit, ResNetStem
+from keras_vit.layers.sincos_position_embedding import SinCosPositionEmbedding2D, sincos_2d_table
 from keras_vit.layers.std_conv import StdConv2D
 from keras_vit.layers.stochastic_depth import StochasticDepth
 
@@ -24,8 +27,12 @@ __all__ = [
     "PatchCorruption",
     "PatchEmbedding",
     "PositionEmbedding",
+    "PositionEmbedding2D",
+    "RelativePositionBias",
     "ResNetStem",
+    "SinCosPositionEmbedding2D",
     "StdConv2D",
     "StochasticDepth",
     "TokenPooling",
+    "sincos_2d_table",
 ]

@@ -5,6 +5,8 @@ import math
 import keras
 from keras import ops
 
+from keras_vit.layers.relative_position_bias import RelativePositionBias
+
 
 @keras.saving.register_keras_serializable(package="keras_vit")
 class MultiHeadSelfAttention(keras.layers.Layer):
@@ -18,19 +20,34 @@ class MultiHeadSelfAttention(keras.layers.Layer):
     Args:
         num_heads: number of heads; head_dim = D / num_heads.
         attention_dropout_rate: dropout on the attention probabilities.
+        relative_position_grid: (rows, cols) of the patch grid to give the
+            layer a RelativePositionBias (position_embedding="relative"):
+            its per-head bias is added to the logits before the softmax, in
+            both paths. None (default): no bias.
+        num_prefix_tokens: tokens before the grid (1 with a class token),
+            for the relative bias.
 
     `call(x, return_attention_scores=True)` also returns the probabilities
     (B, heads, N, N). The fast path uses `keras.ops.dot_product_attention`
     (each backend's fused kernel); when the probabilities are asked for, or
     attention dropout is active, they are computed explicitly. Both paths
-    compute softmax(q k^T / sqrt(head_dim)) v from the same weights.
+    compute softmax(q k^T / sqrt(head_dim) [+ bias]) v from the same weights.
     """
 
-    def __init__(self, num_heads, attention_dropout_rate=0.0, **kwargs):
+    def __init__(self, num_heads, attention_dropout_rate=0.0, relative_position_grid=None, num_prefix_tokens=0,
+                 **kwargs):
         super().__init__(**kwargs)
         self.num_heads = int(num_heads)
         self.attention_dropout_rate = float(attention_dropout_rate)
+        self.relative_position_grid = (
+            None if relative_position_grid is None else tuple(int(s) for s in relative_position_grid))
+        self.num_prefix_tokens = int(num_prefix_tokens)
         self.dropout = keras.layers.Dropout(self.attention_dropout_rate, dtype=self.dtype_policy)
+        self.relative_position_bias = (
+            RelativePositionBias(self.num_heads, self.relative_position_grid, self.num_prefix_tokens,
+                                 name="relative_position_bias", dtype=self.dtype_policy)
+            if self.relative_position_grid is not None else None
+        )
 
     def build(self, input_shape):
         hidden_size = input_shape[-1]
@@ -62,17 +79,24 @@ class MultiHeadSelfAttention(keras.layers.Layer):
             dtype=self.dtype_policy,
         )
         self.out.build((input_shape[0], input_shape[1], self.num_heads, self.head_dim))
+        if self.relative_position_bias is not None:
+            self.relative_position_bias.build(input_shape)
 
     def call(self, x, training=False, return_attention_scores=False):
         q, k, v = self.query(x), self.key(x), self.value(x)  # each (B, N, heads, head_dim)
+        # (1, heads, N, N), added after the 1/sqrt(head_dim) scaling in both paths.
+        bias = self.relative_position_bias(x) if self.relative_position_bias is not None else None
         explicit = return_attention_scores or (training and self.attention_dropout_rate > 0)
         if explicit:
             scale = 1.0 / math.sqrt(self.head_dim)
             logits = ops.einsum("bqhk,bthk->bhqt", q * ops.cast(scale, q.dtype), k)  # (B, heads, N, N)
+            if bias is not None:
+                logits = logits + ops.cast(bias, logits.dtype)
             probs = ops.cast(ops.softmax(ops.cast(logits, "float32"), axis=-1), v.dtype)
             context = ops.einsum("bhqt,bthk->bqhk", self.dropout(probs, training=training), v)
         else:
-            context = ops.dot_product_attention(q, k, v)  # (B, N, heads, head_dim)
+            context = ops.dot_product_attention(
+                q, k, v, bias=None if bias is None else ops.cast(bias, q.dtype))  # (B, N, heads, head_dim)
         y = self.out(context)  # (B, N, D)
         return (y, probs) if return_attention_scores else y
 
@@ -84,4 +108,7 @@ class MultiHeadSelfAttention(keras.layers.Layer):
             **super().get_config(),
             "num_heads": self.num_heads,
             "attention_dropout_rate": self.attention_dropout_rate,
+            "relative_position_grid": (
+                None if self.relative_position_grid is None else list(self.relative_position_grid)),
+            "num_prefix_tokens": self.num_prefix_tokens,
         }

@@ -17,12 +17,19 @@ class Encoder(keras.layers.Layer):
     code as the plain call, so attention maps cannot drift from the model.
     `return_block_outputs=True` appends [the output of block 0, 1, ...]
     (B, N, D), before the final LayerNorm: (tokens, [scores,] outputs).
+
+    relative_position_grid=(rows, cols) gives every block's attention its
+    own RelativePositionBias (position_embedding="relative"), for a grid
+    after `num_prefix_tokens` prefix tokens.
     """
 
     def __init__(self, num_layers, num_heads, mlp_dim, dropout_rate=0.0, attention_dropout_rate=0.0,
                  stochastic_depth_rate=0.0, layer_norm_epsilon=LAYER_NORM_EPSILON, gelu_approximate=True,
-                 **kwargs):
+                 relative_position_grid=None, num_prefix_tokens=0, **kwargs):
         super().__init__(**kwargs)
+        self.relative_position_grid = (
+            None if relative_position_grid is None else tuple(int(s) for s in relative_position_grid))
+        self.num_prefix_tokens = int(num_prefix_tokens)
         self.layer_norm_epsilon = float(layer_norm_epsilon)
         self.gelu_approximate = bool(gelu_approximate)
         self.num_layers = int(num_layers)
@@ -40,6 +47,8 @@ class Encoder(keras.layers.Layer):
                 self.stochastic_depth_rate * i / max(self.num_layers - 1, 1),
                 self.layer_norm_epsilon,
                 self.gelu_approximate,
+                self.relative_position_grid,
+                self.num_prefix_tokens,
                 name=f"encoderblock_{i}",
                 dtype=self.dtype_policy,
             )
@@ -80,4 +89,7 @@ class Encoder(keras.layers.Layer):
             "stochastic_depth_rate": self.stochastic_depth_rate,
             "layer_norm_epsilon": self.layer_norm_epsilon,
             "gelu_approximate": self.gelu_approximate,
+            "relative_position_grid": (
+                None if self.relative_position_grid is None else list(self.relative_position_grid)),
+            "num_prefix_tokens": self.num_prefix_tokens,
         }

@@ -22,12 +22,19 @@ class EncoderBlock(keras.layers.Layer):
         stochastic_depth_rate: probability of dropping each residual branch.
         layer_norm_epsilon: of both LayerNorms (1e-6 official, 1e-12 HF).
         gelu_approximate: tanh GELU (official) or exact (HF, timm, keras-hub).
+        relative_position_grid: (rows, cols) of the patch grid for a relative
+            position bias in the attention (position_embedding="relative"),
+            else None.
+        num_prefix_tokens: tokens before the grid (1 with a class token).
     """
 
     def __init__(self, num_heads, mlp_dim, dropout_rate=0.0, attention_dropout_rate=0.0,
                  stochastic_depth_rate=0.0, layer_norm_epsilon=LAYER_NORM_EPSILON, gelu_approximate=True,
-                 **kwargs):
+                 relative_position_grid=None, num_prefix_tokens=0, **kwargs):
         super().__init__(**kwargs)
+        self.relative_position_grid = (
+            None if relative_position_grid is None else tuple(int(s) for s in relative_position_grid))
+        self.num_prefix_tokens = int(num_prefix_tokens)
         self.layer_norm_epsilon = float(layer_norm_epsilon)
         self.gelu_approximate = bool(gelu_approximate)
         self.num_heads = int(num_heads)
@@ -39,7 +46,8 @@ class EncoderBlock(keras.layers.Layer):
         self.attention_norm = keras.layers.LayerNormalization(
             epsilon=self.layer_norm_epsilon, name="LayerNorm_0", dtype=policy)
         self.attention = MultiHeadSelfAttention(
-            self.num_heads, self.attention_dropout_rate, name="MultiHeadDotProductAttention_1", dtype=policy)
+            self.num_heads, self.attention_dropout_rate, self.relative_position_grid, self.num_prefix_tokens,
+            name="MultiHeadDotProductAttention_1", dtype=policy)
         self.mlp_norm = keras.layers.LayerNormalization(
             epsilon=self.layer_norm_epsilon, name="LayerNorm_2", dtype=policy)
         self.mlp = MlpBlock(self.mlp_dim, self.dropout_rate, self.gelu_approximate, name="MlpBlock_3", dtype=policy)
@@ -73,4 +81,7 @@ class EncoderBlock(keras.layers.Layer):
             "stochastic_depth_rate": self.stochastic_depth_rate,
             "layer_norm_epsilon": self.layer_norm_epsilon,
             "gelu_approximate": self.gelu_approximate,
+            "relative_position_grid": (
+                None if self.relative_position_grid is None else list(self.relative_position_grid)),
+            "num_prefix_tokens": self.num_prefix_tokens,
         }

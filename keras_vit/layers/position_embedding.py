@@ -22,6 +22,10 @@ class PositionEmbedding(keras.layers.Layer):
             initializer=keras.initializers.RandomNormal(stddev=0.02),
         )
 
+    def table(self):
+        """The (1, N, D) embedding every token gets (the same interface as the 2-D layers)."""
+        return self.pos_embedding
+
     def call(self, tokens):
         return tokens + ops.cast(self.pos_embedding, tokens.dtype)
 

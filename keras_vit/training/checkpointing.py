@@ -116,7 +116,7 @@ class CheckpointManager:
         problems = []
         if meta.get("format") != FORMAT:
             problems.append(f"checkpoint format {meta.get('format')} (this trainer writes {FORMAT})")
-        saved = meta.get("fingerprint", {})
+        saved = _with_config_defaults(meta.get("fingerprint", {}))
         for key in sorted(set(saved) | set(self.fingerprint)):
             if saved.get(key) != self.fingerprint.get(key):
                 problems.append(f"{key}: checkpoint {saved.get(key)!r}, this run {self.fingerprint.get(key)!r}")
@@ -146,3 +146,18 @@ class CheckpointManager:
         for i, v in enumerate(optimizer.variables):
             v.assign(arrays[f"optimizer/{i:05d}"])
         return meta["step"], meta["examples_seen"]
+
+
+def _with_config_defaults(fingerprint: dict) -> dict:
+    """A saved fingerprint with the ViTConfig fields added since it was written
+    (e.g. position_embedding) set to their defaults, so that a run checkpointed
+    before a field existed still resumes: it was trained with the default."""
+    model = fingerprint.get("model")
+    if not isinstance(model, dict):
+        return fingerprint
+    from keras_vit.config import ViTConfig
+
+    try:
+        return {**fingerprint, "model": json.loads(json.dumps(ViTConfig.from_dict(model).to_dict()))}
+    except (TypeError, ValueError):  # not a config this version reads: compared as it is
+        return fingerprint

@@ -16,6 +16,7 @@ import json
 import sys
 
 from keras_vit.cli import UsageError, non_negative_int, positive_int
+from keras_vit.config import POSITION_EMBEDDINGS
 from keras_vit.training import config as config_lib
 
 _RECIPE_HELP = {
@@ -67,6 +68,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     run.add_argument("--model", help="variant name, e.g. B/16, S/16, Mu/4 (keras-vit variants); optional when "
                                      "--weights is a .keras file or a workdir")
     run.add_argument("--patch-size", type=positive_int, help="replace the variant's patch size (training from scratch)")
+    run.add_argument("--position-embedding", choices=POSITION_EMBEDDINGS,
+                     help="replace the variant's position embedding (training from scratch; default: the "
+                          "variant's, learned_1d, or the --weights' own)")
     run.add_argument("--weights", help="initial weights: checkpoint name (imagenet21k, ...), official .npz, "
                                        ".keras file or training workdir (encoder transferred, new head)")
     run.add_argument("--dataset", default="mnist5k",

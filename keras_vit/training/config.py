@@ -24,7 +24,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Optional, Tuple, Union
 
-from keras_vit.config import ViTConfig
+from keras_vit.config import POSITION_EMBEDDINGS, ViTConfig
 
 OPTIMIZERS = ("sgd", "adam", "adamw")
 SCHEDULES = ("cosine", "linear", "constant")
@@ -150,6 +150,10 @@ class TrainConfig:
             architecture of `weights` when that is a `.keras` file or a workdir.
         patch_size: replaces the variant's patch size (training from scratch;
             pre-trained weights fix it).
+        position_embedding: replaces the variant's position embedding
+            (ViTConfig.position_embedding: learned_1d, learned_2d, sincos_2d,
+            relative or none); training from scratch only: pre-trained
+            weights fix it.
         dataset: "mnist5k" (bundled), "tfds:NAME" (or a prepared tfds
             directory, tfds:DATA_DIR/NAME/VERSION), "list:TRAIN[,EVAL]"
             (CSV/JSON rows of image path, label), "folder:PATH" (one
@@ -196,6 +200,7 @@ class TrainConfig:
 
     model: Union[str, ViTConfig, None] = None
     patch_size: Optional[int] = None
+    position_embedding: Optional[str] = None
     dataset: str = "mnist5k"
     workdir: str = "runs/default"
     recipe: Union[Recipe, str] = FINETUNE
@@ -238,6 +243,8 @@ class TrainConfig:
         if isinstance(self.model, dict):
             object.__setattr__(self, "model", ViTConfig.from_dict(self.model))
         object.__setattr__(self, "fewshot_shots", tuple(int(s) for s in self.fewshot_shots))
+        if self.position_embedding is not None:
+            _check_choice("position_embedding", self.position_embedding, POSITION_EMBEDDINGS)
         _check_choice("strategy", self.strategy, STRATEGIES)
         _check_choice("precision", self.precision, PRECISIONS)
         if self.accum_steps < 1 or self.checkpoint_every < 1 or self.log_every < 1 or self.keep_checkpoints < 1:

@@ -55,8 +55,8 @@ class TrainingInterrupted(RuntimeError):
 
 def resolve_model_config(config: TrainConfig, initial=None):
     """The ViTConfig to build: the variant (or the `.keras` source's
-    architecture) with the recipe's representation layer, classifier and
-    regularisation."""
+    architecture) with the run's patch size and position embedding and the
+    recipe's representation layer, classifier and regularisation."""
     if config.model is None:
         if initial is None or initial.source_config is None:
             raise ValueError("Name a model (--model, e.g. B/16), unless --weights is a .keras file or a workdir.")
@@ -76,6 +76,12 @@ def resolve_model_config(config: TrainConfig, initial=None):
             raise ValueError(f"--patch-size {config.patch_size} differs from the pre-trained weights' "
                              f"patch size {base.patch_size}.")
         base = base.replace(patch_size=config.patch_size)
+    if config.position_embedding is not None and config.position_embedding != base.position_embedding:
+        if initial is not None:
+            raise ValueError(f"--position-embedding {config.position_embedding} differs from the pre-trained "
+                             f"weights' {base.position_embedding!r} ({initial.description}): drop "
+                             f"--position-embedding, or train from scratch without --weights.")
+        base = base.replace(position_embedding=config.position_embedding)
     recipe = config.recipe
     representation = (base.representation_size or base.hidden_size) if recipe.representation_layer else None
     # Pre-trained weights fix the classifier (a class token or not): a

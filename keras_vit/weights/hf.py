@@ -37,6 +37,7 @@ from keras_vit.weights.checkpoint import (
     rename,
     write_safetensors,
 )
+from keras_vit.weights.layout import official_layout_error
 
 # hidden_act -> gelu_approximate (keras.activations.gelu's flag).
 _GELU = {"gelu": False, "gelu_pytorch_tanh": True, "gelu_new": True, "gelu_fast": True}
@@ -169,6 +170,9 @@ def read_hf_directory(directory, source: Optional[str] = None) -> Checkpoint:
 def hf_config(model, labels: Optional[List[str]] = None) -> dict:
     """The config.json of `model` as an HF ViT (ViTForImageClassification, or ViTModel without a head)."""
     config: ViTConfig = model.config
+    position_problem = official_layout_error(model, "HF transformers' ViT")
+    if position_problem:  # its own fix (.keras), whatever else HF could not express
+        raise ValueError(position_problem)
     problems = []
     if config.resnet is not None:
         problems.append("it is a hybrid (HF transformers 5 has no ViT-hybrid)")

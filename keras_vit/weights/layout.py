@@ -6,6 +6,14 @@ dicts keyed by Flax module paths, e.g.
 Flax and Keras store dense/conv kernels the same way ((in, out) and
 (kh, kw, in, out)) and the attention kernels with the same (D, heads,
 head_dim) / (heads, head_dim, D) shapes, so porting is renaming only.
+
+The official layout knows one position embedding, the learned 1-D table
+("Transformer/posembed_input/pos_embedding"). The other learned kinds get
+keys of our own in the same style (a learned_2d table under
+"Transformer/posembed_input/{column,row,prefix}_embedding", a relative bias
+under ".../MultiHeadDotProductAttention_1/relative_position_bias/
+{relative,prefix}_bias"), so that transfer and resizing work for every kind;
+the official `.npz` and HF writers refuse them (official_layout_error).
 """
 
 from __future__ import annotations
@@ -34,6 +42,24 @@ def _resnet(stem) -> Dict[str, object]:
     return out
 
 
+def _position_embedding(layer):
+    """The learned absolute position tables: "learned_1d" (official), "learned_2d"
+    (ours); "sincos_2d" has none, and "relative" / "none" have no layer."""
+    names = ("pos_embedding", "column_embedding", "row_embedding", "prefix_embedding")
+    return {f"Transformer/posembed_input/{name}": getattr(layer, name) for name in names
+            if getattr(layer, name, None) is not None}
+
+
+def official_layout_error(model, writer: str) -> str:
+    """Why `model` cannot be written by `writer` (an official-layout format), or "" if it can."""
+    kind = model.config.position_embedding
+    if kind == "learned_1d":
+        return ""
+    return (f"{model.name} uses position_embedding={kind!r}, which {writer} cannot hold (it has the learned 1-D "
+            f"table only): save it as .keras instead, e.g. model.save('model.keras') (a training run already "
+            f"writes WORKDIR/model.keras).")
+
+
 def variables_by_key(model) -> Dict[str, object]:
     """{official checkpoint key: Keras variable} for every weight of `model`."""
     out = {}
@@ -42,13 +68,19 @@ def variables_by_key(model) -> Dict[str, object]:
     out.update(_dense("embedding", model.patch_embedding.projection))
     if model.class_token is not None:
         out["cls"] = model.class_token.cls
-    out["Transformer/posembed_input/pos_embedding"] = model.position_embedding.pos_embedding
+    out.update(_position_embedding(model.position_embedding))
     for i, block in enumerate(model.encoder.blocks):
         prefix = f"Transformer/encoderblock_{i}"
         attention = block.attention
         out.update(_norm(f"{prefix}/LayerNorm_0", block.attention_norm))
         for name in ("query", "key", "value", "out"):
             out.update(_dense(f"{prefix}/MultiHeadDotProductAttention_1/{name}", getattr(attention, name)))
+        relative = attention.relative_position_bias
+        if relative is not None:  # not in the official layout (position_embedding="relative")
+            bias = f"{prefix}/MultiHeadDotProductAttention_1/relative_position_bias"
+            out[f"{bias}/relative_bias"] = relative.relative_bias
+            if relative.prefix_bias is not None:
+                out[f"{bias}/prefix_bias"] = relative.prefix_bias
         out.update(_norm(f"{prefix}/LayerNorm_2", block.mlp_norm))
         out.update(_dense(f"{prefix}/MlpBlock_3/Dense_0", block.mlp.dense_0))
         out.update(_dense(f"{prefix}/MlpBlock_3/Dense_1", block.mlp.dense_1))

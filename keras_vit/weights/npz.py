@@ -9,12 +9,11 @@ from typing import Dict, Mapping
 
 import numpy as np
 
-from keras_vit.weights.layout import variables_by_key
-from keras_vit.weights.resize import resize_position_embedding
+from keras_vit.weights.layout import official_layout_error, variables_by_key
+from keras_vit.weights.resize import COLUMN_SUFFIX, POSEMB_1D_SUFFIX, RELATIVE_SUFFIX, ROW_SUFFIX, \
+    resize_position_params
 
 logger = logging.getLogger("keras_vit")
-
-POSEMB_KEY = "Transformer/posembed_input/pos_embedding"
 
 
 def read_npz(path) -> Dict[str, np.ndarray]:
@@ -44,8 +43,11 @@ def load_checkpoint(model, params: Mapping[str, np.ndarray]) -> None:
     - a head of another class count (or none in the file) -> a new zero head;
     - a model without the representation layer -> "pre_logits" is dropped;
     - a model without a head -> the file's head is ignored;
-    - another position grid -> the table is resized (class token kept).
-    Anything else missing, extra or mis-shaped is a ValueError naming it.
+    - another position grid -> the position weights are resized by the rule
+      of their kind (keras_vit.weights.resize; class token kept).
+    Learned position weights of another kind than the model's
+    position_embedding are a one-line ValueError; anything else missing,
+    extra or mis-shaped is a ValueError naming it.
     Nothing is assigned unless every check passes.
     """
     params = dict(params)
@@ -78,13 +80,16 @@ def load_checkpoint(model, params: Mapping[str, np.ndarray]) -> None:
         params.pop("pre_logits/kernel", None)
         params.pop("pre_logits/bias", None)
 
-    posemb = params.get(POSEMB_KEY)
-    want = tuple(expected[POSEMB_KEY].shape)
-    if posemb is not None and posemb.ndim == 3 and tuple(posemb.shape) != want and posemb.shape[2] == want[2]:
-        prefix = 1 if model.class_token is not None else 0
-        logger.warning("keras_vit: resizing the position embedding from %d to %d tokens (grid %s).",
-                       posemb.shape[1], want[1], model.grid_size)
-        params[POSEMB_KEY] = resize_position_embedding(posemb, model.grid_size, num_prefix_tokens=prefix)
+    held, wanted = position_kind(params), model.config.position_embedding
+    if held is not None and held != wanted:
+        raise ValueError(f"The checkpoint holds a {held} position embedding but {model.name} uses "
+                         f"position_embedding={wanted!r}: build the model with position_embedding={held!r}, or "
+                         f"train the {wanted} kind from scratch.")
+    shapes = {key: tuple(variable.shape) for key, variable in expected.items()}
+    params, resized = resize_position_params(params, shapes, model.grid_size,
+                                             1 if model.class_token is not None else 0)
+    for what in resized:
+        logger.warning("keras_vit: resizing %s.", what)
 
     missing = sorted(set(expected) - set(params))
     unexpected = sorted(set(params) - set(expected))
@@ -111,13 +116,30 @@ def load_checkpoint(model, params: Mapping[str, np.ndarray]) -> None:
         variable.assign(params[key].astype(np.float32))
 
 
+def position_kind(params):
+    """The kind of learned position weights among `params`' keys ("learned_1d",
+    "learned_2d", "relative"), or None when it holds none ("sincos_2d" and
+    "none" have no weights, so they load into each other)."""
+    for kind, suffixes in (("learned_1d", (POSEMB_1D_SUFFIX,)), ("learned_2d", (ROW_SUFFIX, COLUMN_SUFFIX)),
+                           ("relative", (RELATIVE_SUFFIX,))):
+        if any(key.endswith(suffixes) for key in params):
+            return kind
+    return None
+
+
 def checkpoint_params(model) -> Dict[str, np.ndarray]:
-    """The model's weights as an official-format {key: float32 array}."""
+    """The model's weights as an official-format {key: float32 array} (position
+    weights the official layout lacks under keys of our own, see layout)."""
     return {key: np.asarray(variable.numpy(), np.float32) for key, variable in variables_by_key(model).items()}
 
 
 def save_weights(model, path) -> str:
-    """Writes the model's weights as an official-format `.npz` (atomically)."""
+    """Writes the model's weights as an official-format `.npz` (atomically).
+    Only the official position embedding ("learned_1d") fits that format:
+    other kinds are a ValueError saying to save a `.keras` file instead."""
+    problem = official_layout_error(model, "the official .npz layout")
+    if problem:
+        raise ValueError(problem)
     path = os.fspath(path)
     if not path.endswith(".npz"):
         raise ValueError(f"Checkpoint paths end in .npz, got {path!r}.")

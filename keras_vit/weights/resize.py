@@ -1,7 +1,18 @@
-"""Resizing the position embedding for another image size (fine-tuning at a
-higher resolution), as the official loader does: the class-token slot is
-kept, the grid part is resized by linear interpolation with the corner
-samples aligned (the semantics of scipy.ndimage.zoom(order=1))."""
+"""Resizing position weights for another image size (fine-tuning at a higher
+resolution). One interpolation for every kind: linear, with the corner
+samples aligned (the semantics of scipy.ndimage.zoom(order=1), what the
+official loader does to the 1-D table). The rule of each
+ViTConfig.position_embedding:
+
+    learned_1d  the (1, prefix + R*C, D) table: the class-token slot is kept,
+                the grid part is resized over rows and columns (official);
+    learned_2d  the row table (R, D/2) along R, the column table (C, D/2)
+                along C; the class token's vector is kept;
+    sincos_2d   no weights: the model computes the table for its own grid;
+    relative    each head's (2R-1, 2C-1) offset table along both offset axes
+                (offset 0 stays at the centre; the class-token biases are kept);
+    none        nothing.
+"""
 
 from __future__ import annotations
 
@@ -65,3 +76,49 @@ def resize_position_embedding(posemb, new_grid, num_prefix_tokens=1, old_grid=No
     grid = _linear_resize_axis(grid, new_grid[1], axis=1)
     grid = grid.reshape(1, new_grid[0] * new_grid[1], -1).astype(posemb.dtype)
     return np.concatenate([prefix, grid], axis=1)
+
+
+# Official-layout key suffixes of the resizable position weights (keras_vit.weights.layout).
+POSEMB_1D_SUFFIX = "posembed_input/pos_embedding"
+ROW_SUFFIX = "posembed_input/row_embedding"
+COLUMN_SUFFIX = "posembed_input/column_embedding"
+RELATIVE_SUFFIX = "relative_position_bias/relative_bias"
+
+
+def resize_relative_position_bias(table, new_grid) -> np.ndarray:
+    """Resizes a (heads, 2R-1, 2C-1) relative-position bias table to the offsets of
+    a `new_grid` (rows, cols) (an int for a square): (heads, 2R'-1, 2C'-1)."""
+    table = np.asarray(table)
+    if table.ndim != 3 or table.shape[1] % 2 == 0 or table.shape[2] % 2 == 0:
+        raise ValueError(f"A relative-position bias table has shape (heads, 2*rows-1, 2*cols-1), got {table.shape}.")
+    rows, cols = (new_grid, new_grid) if isinstance(new_grid, int) else new_grid
+    out = _linear_resize_axis(table.astype(np.float64), 2 * rows - 1, axis=1)
+    return _linear_resize_axis(out, 2 * cols - 1, axis=2).astype(table.dtype)
+
+
+def resize_position_params(params, shapes, grid, num_prefix_tokens):
+    """Applies the rule of the module docstring to every position weight in
+    `params` ({official-layout key: array}) whose shape differs from the model's
+    (`shapes`: {key: shape}) on its grid axes only, for a model with patch grid
+    `grid` (rows, cols). Returns (new params, [what was resized, for the log])."""
+    params = dict(params)
+    resized = []
+    rows, cols = grid
+    for key, want in shapes.items():
+        have = params.get(key)
+        want = tuple(want)
+        if have is None or tuple(have.shape) == want or have.ndim != len(want):
+            continue
+        if key.endswith(POSEMB_1D_SUFFIX) and have.shape[2] == want[2]:
+            params[key] = resize_position_embedding(have, grid, num_prefix_tokens=num_prefix_tokens)
+            resized.append(f"the position embedding from {have.shape[1]} to {want[1]} tokens (grid {tuple(grid)})")
+            continue
+        if key.endswith((ROW_SUFFIX, COLUMN_SUFFIX)) and have.shape[1] == want[1]:
+            size = rows if key.endswith(ROW_SUFFIX) else cols
+            params[key] = _linear_resize_axis(have.astype(np.float64), size, axis=0).astype(have.dtype)
+        elif key.endswith(RELATIVE_SUFFIX) and have.shape[0] == want[0]:
+            params[key] = resize_relative_position_bias(have, grid)
+        else:
+            continue
+        resized.append(f"{key} from {tuple(have.shape)} to {tuple(params[key].shape)} (grid {tuple(grid)})")
+    return params, resized

@@ -19,13 +19,17 @@ def softmax(x, axis=-1):
     return e / e.sum(axis, keepdims=True)
 
 
-def attention(x, wq, bq, wk, bk, wv, bv, wo, bo):
-    """x (B, N, D); w* (D, H, K); b* (H, K); wo (H, K, D); bo (D,).
+def attention(x, wq, bq, wk, bk, wv, bv, wo, bo, logit_bias=None):
+    """x (B, N, D); w* (D, H, K); b* (H, K); wo (H, K, D); bo (D,); logit_bias
+    (H, N, N) added to the scaled logits before the softmax, or None.
     Returns (output (B, N, D), probabilities (B, H, N, N))."""
     q = np.einsum("bnd,dhk->bhnk", x, wq) + bq[None, :, None, :]
     k = np.einsum("bnd,dhk->bhnk", x, wk) + bk[None, :, None, :]
     v = np.einsum("bnd,dhk->bhnk", x, wv) + bv[None, :, None, :]
-    probs = softmax(q @ k.transpose(0, 1, 3, 2) / np.sqrt(q.shape[-1]))
+    logits = q @ k.transpose(0, 1, 3, 2) / np.sqrt(q.shape[-1])
+    if logit_bias is not None:
+        logits = logits + logit_bias[None]
+    probs = softmax(logits)
     context = probs @ v  # (B, H, N, K)
     return np.einsum("bhnk,hkd->bnd", context, wo) + bo, probs
 

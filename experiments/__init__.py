@@ -1,0 +1,2 @@
+"""The paper's design claims reproduced in miniature; see the README section
+"The paper's design claims, in miniature". Run each script from the repository root."""
