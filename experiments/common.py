@@ -252,7 +252,7 @@ def micro_model(**changes):
     return mu.replace(**{"hidden_size": mu.hidden_size // 2, "mlp_dim": mu.mlp_dim // 2, **changes})
 
 
-def describe(config) -> str:
+def model_sizes(config) -> str:
     """A model's sizes, for the results' settings."""
     return (f"width {config.hidden_size}, {config.num_layers} blocks, {config.num_heads} heads, "
             f"mlp {config.mlp_dim}, {config.patch_size} x {config.patch_size} patches")

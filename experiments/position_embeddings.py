@@ -77,7 +77,7 @@ def main(argv=None):
     common.plot_bars(os.path.join(args.out, "plot.png"), rows, groups="task",
                      bars="position_embedding",
                      title="Position embeddings: micro ViT from scratch, equal steps")
-    settings = {"model": common.describe(common.micro_model()).rsplit(", ", 1)[0] + ", GAP classifier", "steps": steps,
+    settings = {"model": common.model_sizes(common.micro_model()).rsplit(", ", 1)[0] + ", GAP classifier", "steps": steps,
                 "patch_size": PATCH, "seeds": args.seeds, "quick": args.quick, "test_examples": TEST_EXAMPLES,
                 "recipe": "scratch: AdamW lr 2e-3, wd 0.05, batch 128, 10% warmup + cosine, label smoothing 0.1, "
                           "no augmentation"}
