@@ -53,3 +53,27 @@ def test_demo_config_is_the_scratch_recipe_on_the_digits():
     config = demo_config("runs/x")
     assert config.recipe.name == "scratch" and config.dataset == "mnist5k" and config.model == "Mu/4"
     assert config.patch_size == 7
+
+
+@pytest.mark.parametrize("flags,given", [([], None), (["--jit"], True), (["--no-jit"], False)])
+def test_jit_flags(flags, given):
+    parser = argparse.ArgumentParser()
+    cli.add_arguments(parser)
+    args = parser.parse_args(["--model", "Mu/4", "--workdir", "w", *flags])
+    assert cli.config_from_args(args).jit_compile is given
+
+
+@pytest.mark.parametrize("precision,given,expected", [
+    ("float32", None, True),             # XLA is the faster float32 path
+    ("mixed_bfloat16", None, False),     # on a CPU, oneDNN without XLA is (benchmarks/results_training.md)
+    ("mixed_bfloat16", True, True),      # what the user asks for wins
+    ("float32", False, False),
+])
+def test_the_default_step_compiler_is_the_measured_faster_one(precision, given, expected):
+    import tensorflow as tf
+
+    from keras_vit.training.loop import resolve_jit_compile
+
+    assert not tf.config.list_logical_devices("GPU")  # this suite runs on CPUs (CI has no GPU)
+    config = TrainConfig.create("scratch", model="Mu/4", workdir="w", precision=precision, jit_compile=given)
+    assert resolve_jit_compile(config, tf.distribute.get_strategy()) is expected

@@ -88,7 +88,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     run.add_argument("--tpu", help="TPU name/address for TPUClusterResolver ('' = local TPU VM)")
     run.add_argument("--precision", default="float32", choices=config_lib.PRECISIONS)
     run.add_argument("--accum-steps", type=positive_int, default=1, help="gradient accumulation micro-steps")
-    run.add_argument("--no-jit", dest="jit_compile", action="store_false", help="do not XLA-compile the step")
+    jit = run.add_mutually_exclusive_group()
+    jit.add_argument("--jit", dest="jit_compile", action="store_true", default=None,
+                     help="XLA-compile the step (default: XLA, except mixed_bfloat16 on a CPU, where oneDNN is faster)")
+    jit.add_argument("--no-jit", dest="jit_compile", action="store_false", help="do not XLA-compile the step")
     run.add_argument("--seed", type=int, default=0)
     run.add_argument("--deterministic", action="store_true", help="tf.config.experimental.enable_op_determinism()")
     run.add_argument("--checkpoint-every", type=positive_int, default=1000, help="steps between checkpoints")

@@ -177,7 +177,12 @@ class TrainConfig:
             loss scaling through keras.optimizers.LossScaleOptimizer).
         accum_steps: split each replica's batch into this many micro-batches
             whose gradients are summed before one optimizer step.
-        jit_compile: XLA-compile the per-replica gradient computation.
+        jit_compile: XLA-compile the per-replica gradient computation. None
+            (the default) picks by measurement: XLA, except for
+            mixed_bfloat16 on a machine without GPU or TPU, where oneDNN
+            without XLA ran the trainer's S/16 step 1.6x faster (6.23 vs
+            3.91 images/s; benchmarks/results_training.md). What ran is
+            recorded in results.json's "resolved".
         seed: initialisation, shuffling and augmentation seed.
         deterministic: tf.config.experimental.enable_op_determinism().
         checkpoint_every: save every N steps (and on SIGTERM and at the end).
@@ -213,7 +218,7 @@ class TrainConfig:
     tpu: Optional[str] = None
     precision: str = "float32"
     accum_steps: int = 1
-    jit_compile: bool = True
+    jit_compile: Optional[bool] = None
     seed: int = 0
     deterministic: bool = False
     checkpoint_every: int = 1000

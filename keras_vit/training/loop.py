@@ -235,6 +235,7 @@ def train(config: TrainConfig, task: Optional[Task] = None,
         "image_size": list(pipeline.image_size), "num_classes": source.num_classes,
         "num_channels": pipeline.num_channels, "strategy": resolve_name(config.strategy, config.tpu),
         "num_replicas": strategy.num_replicas_in_sync,
+        "jit_compile": resolve_jit_compile(config, strategy),
     }
     settings = {**config.to_dict(), "resolved": resolved}
     history_before = runs.segments(config.workdir)
@@ -393,7 +394,7 @@ class _Steps:
         self.accum_steps = config.accum_steps
         self.clip_norm = config.recipe.grad_clip_norm
         self.loss_scaling = isinstance(optimizer, keras.optimizers.LossScaleOptimizer)
-        jit = config.jit_compile and not isinstance(strategy, tf.distribute.TPUStrategy)
+        jit = resolve_jit_compile(config, strategy)
         # No autograph: the steps are plain TF, and converting Keras' code costs seconds.
         self.local_gradients = tf.function(self._local_gradients, jit_compile=jit, autograph=False)
         self.local_eval = tf.function(self._local_eval, jit_compile=jit, autograph=False)
@@ -464,6 +465,19 @@ class _Steps:
         # strategy.run directly is placed on the first device only.
         sums = self.strategy.run(lambda batch: self.local_eval(batch), args=(next(iterator),))
         return {k: self.strategy.reduce(tf.distribute.ReduceOp.SUM, v, axis=None) for k, v in sums.items()}
+
+
+def resolve_jit_compile(config, strategy) -> bool:
+    """Whether the per-replica step is XLA-compiled: config.jit_compile when
+    given; by default XLA, except mixed_bfloat16 on a CPU-only machine, where
+    TensorFlow's oneDNN kernels without XLA measured 1.6x faster (XLA's CPU
+    backend has no bfloat16 matmul fast path). TPUStrategy compiles anyway."""
+    if isinstance(strategy, tf.distribute.TPUStrategy):
+        return False
+    if config.jit_compile is not None:
+        return bool(config.jit_compile)
+    on_cpu_only = not tf.config.list_logical_devices("GPU")
+    return not (config.precision == "mixed_bfloat16" and on_cpu_only)
 
 
 def _save(manager, step, examples_seen, model, optimizer):
