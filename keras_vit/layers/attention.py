@@ -5,6 +5,7 @@ import math
 import keras
 from keras import ops
 
+from keras_vit.layers.position_embedding_2d import grid_tuple
 from keras_vit.layers.relative_position_bias import RelativePositionBias
 
 
@@ -39,8 +40,7 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         super().__init__(**kwargs)
         self.num_heads = int(num_heads)
         self.attention_dropout_rate = float(attention_dropout_rate)
-        self.relative_position_grid = (
-            None if relative_position_grid is None else tuple(int(s) for s in relative_position_grid))
+        self.relative_position_grid = None if relative_position_grid is None else grid_tuple(relative_position_grid)
         self.num_prefix_tokens = int(num_prefix_tokens)
         self.dropout = keras.layers.Dropout(self.attention_dropout_rate, dtype=self.dtype_policy)
         self.relative_position_bias = (

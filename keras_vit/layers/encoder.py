@@ -3,6 +3,7 @@
 import keras
 
 from keras_vit.layers.encoder_block import LAYER_NORM_EPSILON, EncoderBlock
+from keras_vit.layers.position_embedding_2d import grid_tuple
 
 
 @keras.saving.register_keras_serializable(package="keras_vit")
@@ -27,8 +28,7 @@ class Encoder(keras.layers.Layer):
                  stochastic_depth_rate=0.0, layer_norm_epsilon=LAYER_NORM_EPSILON, gelu_approximate=True,
                  relative_position_grid=None, num_prefix_tokens=0, **kwargs):
         super().__init__(**kwargs)
-        self.relative_position_grid = (
-            None if relative_position_grid is None else tuple(int(s) for s in relative_position_grid))
+        self.relative_position_grid = None if relative_position_grid is None else grid_tuple(relative_position_grid)
         self.num_prefix_tokens = int(num_prefix_tokens)
         self.layer_norm_epsilon = float(layer_norm_epsilon)
         self.gelu_approximate = bool(gelu_approximate)

@@ -4,6 +4,7 @@ import keras
 
 from keras_vit.layers.attention import MultiHeadSelfAttention
 from keras_vit.layers.mlp import MlpBlock
+from keras_vit.layers.position_embedding_2d import grid_tuple
 from keras_vit.layers.stochastic_depth import StochasticDepth
 
 # The official code uses Flax's LayerNorm default; Keras' default is 1e-3.
@@ -32,8 +33,7 @@ class EncoderBlock(keras.layers.Layer):
                  stochastic_depth_rate=0.0, layer_norm_epsilon=LAYER_NORM_EPSILON, gelu_approximate=True,
                  relative_position_grid=None, num_prefix_tokens=0, **kwargs):
         super().__init__(**kwargs)
-        self.relative_position_grid = (
-            None if relative_position_grid is None else tuple(int(s) for s in relative_position_grid))
+        self.relative_position_grid = None if relative_position_grid is None else grid_tuple(relative_position_grid)
         self.num_prefix_tokens = int(num_prefix_tokens)
         self.layer_norm_epsilon = float(layer_norm_epsilon)
         self.gelu_approximate = bool(gelu_approximate)
