@@ -290,7 +290,7 @@ def add_arguments(parser: argparse.ArgumentParser):
     parser.add_argument("--int8-min-agreement", type=float, default=0.0,
                         help="keras_vit.export's denylist search threshold; 0 keeps the first plan (all int8, "
                              "full-integer); 0.99 searches as `keras-vit export` does")
-    parser.add_argument("--memory-cases", nargs="+", default=["B/16@224"], metavar="VARIANT@SIZE",
+    parser.add_argument("--memory-cases", nargs="*", default=["B/16@224"], metavar="VARIANT@SIZE",
                         help="peak memory of each inference contender at these models (default B/16@224)")
     parser.add_argument("--memory-batches", nargs="+", type=int, default=[8])
     parser.add_argument("--memory-train-cases", nargs="*", default=["S/16@224"], metavar="VARIANT@SIZE",

@@ -257,6 +257,19 @@ class ViT(keras.Model):
         return cls(**config)
 
 
+def rematerialize_blocks(model, enabled: bool = True) -> int:
+    """Makes every encoder block of `model` keep only its input for the
+    backward pass and recompute the rest there (EncoderBlock.rematerialize):
+    activation memory of the encoder falls from all blocks' internals to one
+    block's, for about one more forward pass per step. Returns the number of
+    blocks. Outputs and gradients are unchanged (dropout masks included)."""
+    blocks = [layer for layer in model._flatten_layers(include_self=True, recursive=True)
+              if isinstance(layer, vit_layers.EncoderBlock)]
+    for block in blocks:
+        block.rematerialize = bool(enabled)
+    return len(blocks)
+
+
 def embed_images(images, preprocessing, resnet, patch_embedding, class_token, position_embedding,
                  embedding_dropout, training=None, patch_hook=None):
     """The one embedding path: images -> the tokens the encoder sees (B, T, D).

@@ -63,6 +63,13 @@ def test_jit_flags(flags, given):
     assert cli.config_from_args(args).jit_compile is given
 
 
+def test_remat_flag():
+    parser = argparse.ArgumentParser()
+    cli.add_arguments(parser)
+    parse = lambda *flags: cli.config_from_args(parser.parse_args(["--model", "Mu/4", "--workdir", "w", *flags]))  # noqa: E731
+    assert parse().remat is False and parse("--remat").remat is True
+
+
 @pytest.mark.parametrize("precision,given,expected", [
     ("float32", None, True),             # XLA is the faster float32 path
     ("mixed_bfloat16", None, False),     # on a CPU, oneDNN without XLA is (benchmarks/results_training.md)

@@ -72,6 +72,20 @@ def test_accumulation_equals_the_large_batch(tmp_path):
     assert one["eval"]["loss"] == pytest.approx(two["eval"]["loss"], rel=1e-5)
 
 
+def test_remat_trains_the_same_network_in_the_same_steps(tmp_path):
+    # Dropout and stochastic depth on, XLA as by default: rematerialised
+    # blocks must recompute with the masks of the forward pass.
+    regularised = TINY.replace(num_layers=2, dropout_rate=0.1, attention_dropout_rate=0.1,
+                               stochastic_depth_rate=0.2)
+    runs = {remat: training.train(tiny_config(tmp_path / str(remat), model=regularised, steps=3,
+                                              jit_compile=True, remat=remat))
+            for remat in (False, True)}
+    assert runs[True]["resolved"]["rematerialized_blocks"] == 2
+    assert runs[False]["resolved"]["rematerialized_blocks"] == 0
+    for a, b in zip(weights_of(runs[False]["model_path"]), weights_of(runs[True]["model_path"])):
+        np.testing.assert_allclose(b, a, rtol=1e-5, atol=1e-6)
+
+
 def test_nan_loss_stops_and_keeps_the_last_good_checkpoint(tmp_path):
     config = tiny_config(tmp_path, optimizer="sgd", learning_rate=1e6, grad_clip_norm=None, steps=20,
                          checkpoint_every=1)

@@ -58,7 +58,36 @@ class EncoderBlock(keras.layers.Layer):
         for layer in (self.attention_norm, self.attention, self.mlp_norm, self.mlp):
             layer.build(input_shape)
 
+    # Set by the trainer (keras_vit.training, TrainConfig.remat) to trade time
+    # for memory; not part of the config: it changes no output or gradient.
+    rematerialize = False
+
     def call(self, x, training=False, return_attention_scores=False):
+        if self.rematerialize and training and not return_attention_scores:
+            return self._rematerialized_call(x)
+        return self._residual_branches(x, training, return_attention_scores)
+
+    def _rematerialized_call(self, x):
+        """The block keeps only its input for the backward pass, which runs
+        the block's forward again (keras.remat) instead of holding the
+        attention probabilities and MLP activations of every block.
+
+        The recomputation must draw the dropout and stochastic-depth masks
+        the forward pass drew, so every random state in the block is rewound
+        to where it stood when the forward pass began (Keras' own remat would
+        draw new masks, and the gradients would belong to another network).
+        """
+        states = [generator.state for layer in self._flatten_layers() for generator in layer._seed_generators]
+        start = [state.value for state in states]
+
+        def forward(x, *start):
+            for state, value in zip(states, start):
+                state.assign(value)
+            return self._residual_branches(x, True, False)
+
+        return keras.remat(forward)(x, *start)
+
+    def _residual_branches(self, x, training, return_attention_scores):
         y = self.attention_norm(x)
         if return_attention_scores:
             y, scores = self.attention(y, training=training, return_attention_scores=True)

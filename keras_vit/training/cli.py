@@ -92,6 +92,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     jit.add_argument("--jit", dest="jit_compile", action="store_true", default=None,
                      help="XLA-compile the step (default: XLA, except mixed_bfloat16 on a CPU, where oneDNN is faster)")
     jit.add_argument("--no-jit", dest="jit_compile", action="store_false", help="do not XLA-compile the step")
+    run.add_argument("--remat", action="store_true",
+                     help="recompute each encoder block's activations in the backward pass: less memory, "
+                          "about a third more time per step")
     run.add_argument("--seed", type=int, default=0)
     run.add_argument("--deterministic", action="store_true", help="tf.config.experimental.enable_op_determinism()")
     run.add_argument("--checkpoint-every", type=positive_int, default=1000, help="steps between checkpoints")

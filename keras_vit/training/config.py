@@ -183,6 +183,11 @@ class TrainConfig:
             without XLA ran the trainer's S/16 step 1.6x faster (6.23 vs
             3.91 images/s; benchmarks/results_training.md). What ran is
             recorded in results.json's "resolved".
+        remat: rematerialise every encoder block (keras_vit.model.
+            rematerialize_blocks): the backward pass recomputes each block's
+            activations instead of holding them, for big models or batches
+            that do not fit; same gradients, about a third more time per step
+            (benchmarks/results_remat.md).
         seed: initialisation, shuffling and augmentation seed.
         deterministic: tf.config.experimental.enable_op_determinism().
         checkpoint_every: save every N steps (and on SIGTERM and at the end).
@@ -219,6 +224,7 @@ class TrainConfig:
     precision: str = "float32"
     accum_steps: int = 1
     jit_compile: Optional[bool] = None
+    remat: bool = False
     seed: int = 0
     deterministic: bool = False
     checkpoint_every: int = 1000

@@ -28,6 +28,7 @@ import tensorflow as tf
 from tensorflow.core.framework import summary_pb2
 
 from keras_vit import runs
+from keras_vit.model import rematerialize_blocks
 from keras_vit.training import data as data_lib
 from keras_vit.training.checkpointing import CheckpointManager
 from keras_vit.training.config import RECIPES, TrainConfig
@@ -200,6 +201,7 @@ def train(config: TrainConfig, task: Optional[Task] = None,
     try:
         with strategy.scope():
             model = task.build_model(model_config, pipeline.image_size, source.num_classes, pipeline.num_channels)
+            rematerialized_blocks = rematerialize_blocks(model) if config.remat else 0
             optimizer = make_optimizer(recipe, config.precision)
             optimizer.build(model.trainable_variables)
     finally:
@@ -236,6 +238,7 @@ def train(config: TrainConfig, task: Optional[Task] = None,
         "num_channels": pipeline.num_channels, "strategy": resolve_name(config.strategy, config.tpu),
         "num_replicas": strategy.num_replicas_in_sync,
         "jit_compile": resolve_jit_compile(config, strategy),
+        "rematerialized_blocks": rematerialized_blocks,
     }
     settings = {**config.to_dict(), "resolved": resolved}
     history_before = runs.segments(config.workdir)

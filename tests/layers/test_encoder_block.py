@@ -47,3 +47,71 @@ def test_config_round_trip(rng):
     assert_config_round_trip(EncoderBlock(2, 16, dropout_rate=0.1, attention_dropout_rate=0.1,
                                           stochastic_depth_rate=0.1),
                              rng.normal(size=(2, 3, 8)).astype("float32"))
+
+
+def _block_gradients(block, x, jit_compile):
+    import tensorflow as tf
+
+    @tf.function(jit_compile=jit_compile, autograph=False)
+    def step(x):
+        with tf.GradientTape() as tape:
+            tape.watch(x)
+            y = block(x, training=True)
+            loss = tf.reduce_sum(y * tf.sin(y))
+        return y, tape.gradient(loss, [x] + block.trainable_variables)
+
+    return step(tf.constant(x))
+
+
+def _twin_blocks(rng, shape):
+    """Two blocks with the same perturbed weights and random seeds, one rematerialised."""
+    blocks = []
+    for rematerialize in (False, True):
+        block = EncoderBlock(num_heads=4, mlp_dim=64, dropout_rate=0.2, attention_dropout_rate=0.3,
+                             stochastic_depth_rate=0.4)
+        block.build(shape)
+        for i, layer in enumerate(block._flatten_layers()):  # the same seeds in both twins
+            for j, generator in enumerate(layer._seed_generators):
+                generator.state.assign(np.array([1000 + 10 * i + j, 7], generator.state.dtype))
+        blocks.append(block)
+    randomise(blocks[0], rng)
+    blocks[1].set_weights(blocks[0].get_weights())
+    blocks[1].rematerialize = True
+    return blocks
+
+
+def test_rematerialised_block_has_the_same_outputs_and_gradients_with_dropout(rng):
+    # Dropout, attention dropout and stochastic depth all on: the recomputed
+    # forward pass must draw the same masks, or the gradients would differ.
+    x = rng.normal(size=(4, 9, 32)).astype("float32")
+    for jit_compile in (False, True):
+        plain, remat = _twin_blocks(rng, x.shape)
+        for _ in range(2):  # the second step draws fresh masks in both
+            (y0, g0), (y1, g1) = _block_gradients(plain, x, jit_compile), _block_gradients(remat, x, jit_compile)
+            np.testing.assert_allclose(np.asarray(y1), np.asarray(y0), rtol=1e-6, atol=1e-6)
+            assert len(g0) == len(g1) == 1 + len(plain.trainable_variables)
+            for a, b in zip(g0, g1):
+                np.testing.assert_allclose(np.asarray(b), np.asarray(a), rtol=1e-4, atol=1e-5)
+        states = lambda block: [np.asarray(g.state) for layer in block._flatten_layers()  # noqa: E731
+                                for g in layer._seed_generators]
+        for a, b in zip(states(plain), states(remat)):  # each state advanced once per step, not twice
+            np.testing.assert_array_equal(a, b)
+
+
+def test_rematerialised_block_recomputes_its_forward_pass_for_the_gradient(rng):
+    import tensorflow as tf
+
+    x = tf.constant(rng.normal(size=(2, 5, 32)).astype("float32"))
+    for rematerialize, forward_passes in ((False, 1), (True, 2)):
+        block = EncoderBlock(num_heads=4, mlp_dim=64)
+        block.build(x.shape)
+        block.rematerialize = rematerialize
+        calls = []
+        inner = block._residual_branches
+        block._residual_branches = lambda *a: calls.append(1) or inner(*a)
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_sum(block(x, training=True) ** 2)
+        tape.gradient(loss, block.trainable_variables)
+        assert len(calls) == forward_passes
+        block(x, training=False)  # inference never rematerialises
+        assert len(calls) == forward_passes + 1
