@@ -131,7 +131,8 @@ def run_memory(args, log) -> List[dict]:
     for case in args.memory_train_cases:
         variant, size = _parse_case(case)
         for batch in args.memory_train_batches:
-            for c in _matching(training_contenders(args.impls, args.dtypes, full=not args.quick), args.match):
+            for c in _matching(training_contenders(args.impls, args.dtypes, full=not args.quick, remat=args.remat),
+                               args.match):
                 jobs.append(("training", c, variant, size, batch))
     rows = []
     for mode, c, variant, size, batch in jobs:
@@ -277,6 +278,9 @@ def add_arguments(parser: argparse.ArgumentParser):
     parser.add_argument("--train-batches", nargs="+", type=int, default=None,
                         help=f"training batches (default: {' '.join(map(str, FULL_TRAIN_BATCHES))}; --quick: "
                              f"{QUICK['train_batches'][0]})")
+    parser.add_argument("--remat", action="store_true",
+                        help="also the trainer with rematerialised blocks (keras-vit train --remat), in the "
+                             "training and memory sections")
     parser.add_argument("--train-steps", type=int, default=2, help="optimizer steps per `fit` call")
     parser.add_argument("--pipeline-batches", type=int, default=8,
                         help="batches per call of the input-pipeline contender (a fresh iterator each call, "

@@ -24,12 +24,14 @@ TRAINING_COST = 3  # a training image costs ~3x the forward FLOPs (backward ~2x)
 PIPELINE = "input pipeline (read, decode, Inception crop, flip)"  # the section's data-only row
 
 
-def training_contenders(impls, dtypes, full: bool) -> List[Contender]:
+def training_contenders(impls, dtypes, full: bool, remat: bool = False) -> List[Contender]:
     """The project's trainer and both Keras models' `fit`, float32 and
     mixed_bfloat16 with and without XLA; torch eager (bfloat16 by autocast).
 
     The quick run keeps every trainer path that matters on a CPU (float32
     XLA, bfloat16 both ways) and each peer's best float32 and bfloat16 path.
+    With `remat`, also the trainer with rematerialised blocks ("train()
+    remat", `keras-vit train --remat`) on each of its paths.
     """
     every = [(d, x) for d in DTYPES for x in (True, False)]
     quick_trainer = [("float32", True), ("bfloat16", True), ("bfloat16", False)]
@@ -37,6 +39,8 @@ def training_contenders(impls, dtypes, full: bool) -> List[Contender]:
     out = []
     if "keras-vit" in impls:
         out += [Contender("keras-vit", d, x, "train()") for d, x in (every if full else quick_trainer)]
+        if remat:
+            out += [Contender("keras-vit", d, x, "train() remat") for d, x in (every if full else quick_trainer)]
         out += [Contender("keras-vit", d, x, "fit") for d, x in (every if full else quick_fit)]
     if "keras-hub" in impls:
         out += [Contender("keras-hub", d, x, "fit") for d, x in (every if full else quick_fit)]
@@ -67,10 +71,11 @@ def write_jpeg_folder(root: str, image_size: int, count: int = 64, classes: int 
     return root
 
 
-def trainer_config(data_root: str, workdir: str, variant: str, image_size: int, batch: int, dtype: str, xla: bool):
+def trainer_config(data_root: str, workdir: str, variant: str, image_size: int, batch: int, dtype: str, xla: bool,
+                   remat: bool = False):
     """What `keras-vit train --model VARIANT --dataset folder:DATA --recipe finetune
     --image-size SIZE --batch-size BATCH --optimizer adamw --learning-rate 1e-4
-    --weight-decay 1e-4 --warmup-steps 0 [--precision mixed_bfloat16] [--no-jit]`
+    --weight-decay 1e-4 --warmup-steps 0 [--precision mixed_bfloat16] [--no-jit] [--remat]`
     runs: the finetune recipe with the peers' optimizer (AdamW), Inception
     crop + flip, global-norm clipping; no checkpoint, evaluation or log line
     falls within the timed steps."""
@@ -81,7 +86,7 @@ def trainer_config(data_root: str, workdir: str, variant: str, image_size: int, 
         optimizer="adamw", learning_rate=1e-4, weight_decay=1e-4, warmup_steps=0, steps=10**9,
         batch_size=batch, image_size=image_size, train_augment="inception_crop_flip",
         precision=_keras_policy(dtype), jit_compile=xla, checkpoint_every=10**9, log_every=10**9,
-        eval_every=0, progress=False)
+        eval_every=0, progress=False, remat=remat)
 
 
 class _StopTraining(Exception):
@@ -196,8 +201,9 @@ def _torch_training_runner(variant, size, batch, dtype):
 
 def training_runner(c: Contender, variant, size, batch, data_root, workdir, fit_steps):
     """(run one optimizer step or `fit_steps` of them, steps per call, close)."""
-    if c.path == "train()":
-        trainer = TrainerSteps(trainer_config(data_root, workdir, variant, size, batch, c.dtype, c.xla))
+    if c.path.startswith("train()"):
+        trainer = TrainerSteps(trainer_config(data_root, workdir, variant, size, batch, c.dtype, c.xla,
+                                              remat=c.path.endswith("remat")))
         return trainer, 1, trainer.close
     if c.path == "fit":
         return _fit_runner(c.impl, variant, size, batch, c.dtype, c.xla, fit_steps), fit_steps, lambda: None
@@ -245,7 +251,8 @@ def run_training(args, probe, log) -> List[dict]:
 def _training_case(args, probe, log, variant, size, batch, flops, scratch):
     data_root = write_jpeg_folder(os.path.join(scratch, "data"), size, count=max(64, 2 * batch))
     runners, contenders, steps, closers = {}, {}, {}, []
-    for i, c in enumerate(_matching(training_contenders(args.impls, args.dtypes, full=not args.quick), args.match)):
+    contenders_ = training_contenders(args.impls, args.dtypes, full=not args.quick, remat=args.remat)
+    for i, c in enumerate(_matching(contenders_, args.match)):
         try:
             run, per_call, close = training_runner(c, variant, size, batch, data_root,
                                                    os.path.join(scratch, f"run{i}"), args.train_steps)

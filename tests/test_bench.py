@@ -167,3 +167,22 @@ def test_plot_lines_against_batch_and_resolution(tmp_path):
     assert plot.main([str(results), str(out)]) == 0
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert plot.main([str(tmp_path / "missing.json"), str(out)]) == 2
+
+    # Two runs' JSONs into one figure: rows side by side.
+    more = tmp_path / "more.json"
+    training = [dict(rows[0], fraction_of_peak=0.6, label="keras-vit train() float32 XLA")]
+    more.write_text(json.dumps({"machine": _machine(), "training": training}))
+    merged = plot.merge([json.loads(results.read_text()), json.loads(more.read_text())])
+    assert merged["inference"] == rows and merged["training"] == training and merged["memory"] == memory
+    assert plot.main([str(results), str(more), str(out)]) == 0
+
+
+def test_attention_share_of_the_flops_grows_with_resolution():
+    # ViT-B/16 at 224 counted by hand: 197 tokens of width 768, MLP 3072, 12 blocks.
+    n, d, m = 197, 768, 3072
+    attention = 12 * 2 * n * n * d
+    total = 196 * 16 * 16 * 3 * d + 12 * (4 * n * d * d + 2 * n * n * d + 2 * n * d * m)
+    assert bench_core.macs_per_image("B/16", 224) == total
+    assert bench_core.attention_share("B/16", 224) == pytest.approx(attention / total)  # 4.1%
+    assert bench_core.attention_share("B/16", 384) == pytest.approx(0.111, abs=1e-3)
+    assert bench_core.attention_share("S/16", 384) > bench_core.attention_share("S/16", 224)
