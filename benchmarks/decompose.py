@@ -13,12 +13,17 @@ Three contenders run in alternating rounds (benchmarks/bench_core.alternate):
             else; with --training, forward and backward (two products each)
   model     keras-vit's forward pass (inference) or its gradient
             computation (forward, loss, backward; no optimizer update)
+  trainer   with --training: one step of the project's trainer
+            (keras_vit.training.train on a JPEG folder, as bench.py's
+            "train()" rows: gradient, all-reduce, clipping, AdamW update)
 
 and the report splits the model's distance from the limit in two:
   matmuls / probe   what the model's shapes cost the matmul kernels (small
                     or skinny products run below the square probe's speed)
   model / matmuls   what everything that is not a matmul costs (LayerNorm,
                     softmax, GELU, casts, adds, transposes)
+  trainer / model   what the rest of a training step costs (the update,
+                    clipping, the loop and its input)
 Both come from the same rounds' medians.
 """
 
@@ -103,11 +108,26 @@ def model_runner(variant: str, image_size: int, batch: int, dtype: str, training
 
 
 def decompose(variant, image_size, batch, dtype, training, xla, rounds, block_seconds) -> dict:
+    import shutil
+    import tempfile
+
     probe = MatmulProbe([dtype])
     runners = {"matmuls": matmul_chain(variant, image_size, batch, dtype, training, xla),
                "model": model_runner(variant, image_size, batch, dtype, training, xla)}
-    probe.sample()
-    times = alternate(runners, rounds, block_seconds, probe)
+    scratch, close = tempfile.mkdtemp(prefix="keras-vit-decompose-"), (lambda: None)
+    try:
+        if training:
+            from bench_training import TrainerSteps, trainer_config, write_jpeg_folder
+
+            data = write_jpeg_folder(os.path.join(scratch, "data"), image_size, count=max(64, 2 * batch))
+            trainer = TrainerSteps(trainer_config(data, os.path.join(scratch, "run"), variant, image_size, batch,
+                                                  dtype, xla))
+            runners["trainer"], close = trainer, trainer.close
+        probe.sample()
+        times = alternate(runners, rounds, block_seconds, probe)
+    finally:
+        close()
+        shutil.rmtree(scratch, ignore_errors=True)
     flops = (3 if training else 1) * 2 * macs_per_image(variant, image_size) * batch
     seconds = {k: statistics.median(v) for k, v in times.items()}
     peak = probe.peak(dtype)
@@ -121,6 +141,9 @@ def decompose(variant, image_size, batch, dtype, training, xla, rounds, block_se
         "matmuls_of_probe": round(matmul_gflops / peak, 3),
         "model_of_matmuls": round(seconds["matmuls"] / seconds["model"], 3),
         "model_of_probe": round(model_gflops / peak, 3),
+        **({"model_of_trainer": round(seconds["model"] / seconds["trainer"], 3),
+            "trainer_gflops": round(flops / seconds["trainer"] / 1e9, 1),
+            "trainer_of_probe": round(flops / seconds["trainer"] / 1e9 / peak, 3)} if training else {}),
         "seconds": {k: [round(t, 4) for t in v] for k, v in times.items()},
     }
 
@@ -145,7 +168,9 @@ def main(argv=None):
     print(f"{result['mode']} {variant}@{size} batch {args.batch} {args.dtype} {'XLA' if args.xla else 'no-XLA'}: "
           f"probe {result['probe_gflops']} GFLOP/s; matmuls alone {result['matmuls_gflops']} "
           f"({result['matmuls_of_probe']:.0%} of the probe); model {result['model_gflops']} "
-          f"({result['model_of_matmuls']:.0%} of the matmuls alone, {result['model_of_probe']:.0%} of the probe)")
+          f"({result['model_of_matmuls']:.0%} of the matmuls alone, {result['model_of_probe']:.0%} of the probe)"
+          + (f"; trainer step {result['trainer_gflops']} ({result['model_of_trainer']:.0%} of its time is the "
+             f"gradient computation, {result['trainer_of_probe']:.0%} of the probe)" if args.training else ""))
     if args.output:
         with open(args.output, "a") as f:
             f.write(json.dumps(result) + "\n")

@@ -2,6 +2,8 @@
 
 import keras
 
+from keras_vit.layers import fused
+
 
 @keras.saving.register_keras_serializable(package="keras_vit")
 class MlpBlock(keras.layers.Layer):
@@ -35,7 +37,8 @@ class MlpBlock(keras.layers.Layer):
         self.dense_1.build(tuple(input_shape[:-1]) + (self.mlp_dim,))
 
     def call(self, x, training=False):
-        x = keras.activations.gelu(self.dense_0(x), approximate=self.gelu_approximate)
+        gelu = fused.gelu if fused.active(training) else keras.activations.gelu
+        x = gelu(self.dense_0(x), approximate=self.gelu_approximate)
         x = self.dropout(x, training=training)
         return self.dropout(self.dense_1(x), training=training)
 
