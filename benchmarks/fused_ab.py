@@ -1,12 +1,11 @@
-"""The fused training kernels (keras_vit.layers.fused) on and off, in
-alternating rounds: the model's gradient computation (forward, loss,
-backward) and GELU and softmax alone at the model's shapes.
+"""The fused GELU (keras_vit.layers.fused, MlpBlock.fused_gelu) on and off,
+in alternating rounds: the model's gradient computation (forward, loss,
+backward) and the GELU alone at the model's shapes.
 
     python benchmarks/fused_ab.py --case S/16@224 --batch 16 --dtype bfloat16 --no-xla
 
-"plain" is the Keras path the layers take outside training
-(keras.activations.gelu, the softmax in float32), run in training mode;
-"fused" is what `keras-vit train` runs.
+"plain" is keras.activations.gelu; "fused" is what `keras-vit train` runs
+when its step is not XLA-compiled (mixed_bfloat16 on a CPU, or --no-jit).
 """
 
 from __future__ import annotations
@@ -23,21 +22,14 @@ if os.path.dirname(os.path.abspath(__file__)) not in sys.path:
 from bench_core import MatmulProbe, _keras_vit_model, _parse_case, _random_images, alternate, macs_per_image  # noqa: E402
 
 
-class Switch:
-    """fused.active as a function of this switch (the layers look it up at trace time)."""
-
-    def __init__(self):
-        from keras_vit.layers import fused
-
-        self.fused, self.original, self.on = fused, fused.active, True
-        fused.active = lambda training: self.on and self.original(training)
-
-
-def gradient_runner(switch, on, variant, size, batch, dtype, xla):
+def gradient_runner(on, variant, size, batch, dtype, xla):
     import numpy as np
     import tensorflow as tf
 
+    from keras_vit.model import fuse_gelu
+
     model = _keras_vit_model(variant, size, dtype, include_top=True, num_classes=10)
+    fuse_gelu(model, on)
     images = tf.constant(_random_images(batch, size))
     labels = tf.constant(np.arange(batch) % 10)
 
@@ -48,13 +40,11 @@ def gradient_runner(switch, on, variant, size, batch, dtype, xla):
         return tf.add_n([tf.reduce_sum(tf.cast(g, "float32")) for g in tape.gradient(loss, model.trainable_variables)])
 
     step = tf.function(gradients, jit_compile=xla, autograph=False)
-    switch.on = on
-    step(images)  # traced with the switch as it is now
     return lambda: float(step(images))
 
 
-def piece_runners(switch, variant, size, batch, dtype, xla):
-    """GELU on (B, T, mlp), softmax on (B, heads, T, T), forward + backward."""
+def piece_runners(variant, size, batch, dtype, xla):
+    """The GELU alone on (B, T, mlp), forward + backward."""
     import keras
     import tensorflow as tf
 
@@ -67,8 +57,6 @@ def piece_runners(switch, variant, size, batch, dtype, xla):
     pieces = {
         "GELU": ((batch, tokens, c.mlp_dim), lambda v, on: (fused.gelu(v, True) if on
                                                             else keras.activations.gelu(v, approximate=True))),
-        "softmax": ((batch, c.num_heads, tokens, tokens), lambda v, on: (fused.softmax(v) if on else tf.cast(
-            tf.nn.softmax(tf.cast(v, "float32")), v.dtype))),
     }
     runners = {}
     for name, (shape, fn) in pieces.items():
@@ -99,11 +87,9 @@ def main(argv=None):
     args = parser.parse_args(argv)
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     variant, size = _parse_case(args.case)
-    switch = Switch()
-    runners = {"gradient fused": gradient_runner(switch, True, variant, size, args.batch, args.dtype, args.xla),
-               "gradient plain": gradient_runner(switch, False, variant, size, args.batch, args.dtype, args.xla)}
-    switch.on = True
-    runners.update(piece_runners(switch, variant, size, args.batch, args.dtype, args.xla))
+    runners = {"gradient fused": gradient_runner(True, variant, size, args.batch, args.dtype, args.xla),
+               "gradient plain": gradient_runner(False, variant, size, args.batch, args.dtype, args.xla)}
+    runners.update(piece_runners(variant, size, args.batch, args.dtype, args.xla))
     probe = MatmulProbe([args.dtype])
     probe.sample()
     times = alternate(runners, args.rounds, args.block_seconds, probe)
@@ -115,7 +101,7 @@ def main(argv=None):
               "gradient_speedup": round(median["gradient plain"] / median["gradient fused"], 3),
               "gradient_fused_of_probe": round(flops / median["gradient fused"] / 1e9 / peak, 3),
               "gradient_plain_of_probe": round(flops / median["gradient plain"] / 1e9 / peak, 3)}
-    for name in ("GELU", "softmax"):
+    for name in ("GELU",):
         result[f"{name}_speedup"] = round(median[f"{name} plain"] / median[f"{name} fused"], 2)
     print(json.dumps(result))
     if args.output:

@@ -270,6 +270,18 @@ def rematerialize_blocks(model, enabled: bool = True) -> int:
     return len(blocks)
 
 
+def fuse_gelu(model, enabled: bool = True) -> int:
+    """Makes every MLP block of `model` take the fused GELU kernel when
+    training on TensorFlow (MlpBlock.fused_gelu, keras_vit.layers.fused):
+    for steps that are not XLA-compiled. Returns the number of MLP blocks.
+    Outputs and gradients are unchanged up to float32 rounding."""
+    blocks = [layer for layer in model._flatten_layers(include_self=True, recursive=True)
+              if isinstance(layer, vit_layers.MlpBlock)]
+    for block in blocks:
+        block.fused_gelu = bool(enabled)
+    return len(blocks)
+
+
 def embed_images(images, preprocessing, resnet, patch_embedding, class_token, position_embedding,
                  embedding_dropout, training=None, patch_hook=None):
     """The one embedding path: images -> the tokens the encoder sees (B, T, D).

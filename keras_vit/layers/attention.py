@@ -5,7 +5,6 @@ import math
 import keras
 from keras import ops
 
-from keras_vit.layers import fused
 from keras_vit.layers.position_embedding_2d import grid_tuple
 from keras_vit.layers.relative_position_bias import RelativePositionBias
 
@@ -31,10 +30,8 @@ class MultiHeadSelfAttention(keras.layers.Layer):
 
     `call(x, return_attention_scores=True)` also returns the probabilities
     (B, heads, N, N). The fast path uses `keras.ops.dot_product_attention`
-    (each backend's fused kernel); when the probabilities are asked for,
-    attention dropout is active, or a TensorFlow model trains (softmax as
-    one kernel each way, keras_vit.layers.fused), they are computed
-    explicitly. Both paths
+    (each backend's fused kernel); when the probabilities are asked for, or
+    attention dropout is active, they are computed explicitly. Both paths
     compute softmax(q k^T / sqrt(head_dim) [+ bias]) v from the same weights.
     """
 
@@ -89,19 +86,13 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         q, k, v = self.query(x), self.key(x), self.value(x)  # each (B, N, heads, head_dim)
         # (1, heads, N, N), added after the 1/sqrt(head_dim) scaling in both paths.
         bias = self.relative_position_bias(x) if self.relative_position_bias is not None else None
-        # Explicit when the probabilities are wanted, for attention dropout, and
-        # when training on TensorFlow (the softmax as one fused kernel each way).
-        explicit = (return_attention_scores or (training and self.attention_dropout_rate > 0)
-                    or fused.active(training))
+        explicit = return_attention_scores or (training and self.attention_dropout_rate > 0)
         if explicit:
             scale = 1.0 / math.sqrt(self.head_dim)
             logits = ops.einsum("bqhk,bthk->bhqt", q * ops.cast(scale, q.dtype), k)  # (B, heads, N, N)
             if bias is not None:
                 logits = logits + ops.cast(bias, logits.dtype)
-            if fused.active(training):
-                probs = ops.cast(fused.softmax(logits), v.dtype)
-            else:
-                probs = ops.cast(ops.softmax(ops.cast(logits, "float32"), axis=-1), v.dtype)
+            probs = ops.cast(ops.softmax(ops.cast(logits, "float32"), axis=-1), v.dtype)
             context = ops.einsum("bhqt,bthk->bqhk", self.dropout(probs, training=training), v)
         else:
             context = ops.dot_product_attention(

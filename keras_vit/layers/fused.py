@@ -1,26 +1,26 @@
-"""GELU and softmax as one kernel each way (forward, backward) for training
-on TensorFlow.
+"""The GELU as one kernel each way (forward, backward) for training on
+TensorFlow without XLA.
 
 Why: on a CPU, mixed_bfloat16 trains fastest without XLA (oneDNN's bfloat16
-matmuls; XLA's run at half their speed), but then TensorFlow runs the GELU
-and the attention softmax op by op, forward and backward, each op one more
-pass over memory. Each function here is a tf.custom_gradient whose forward
-and backward are each one small XLA-compiled function computing in float32;
-the matmuls around them stay with oneDNN. Inside an XLA-compiled step they
-are inlined like any other op. Measured at ViT-S/16, batch 16, bfloat16
-without XLA (benchmarks/fused_ab.py, results in benchmarks/results_fused.md):
-GELU forward + backward 3.6x faster, softmax 1.3x, the whole gradient
-computation 1.17x. LayerNorm is left to Keras: a fused kernel for it
-measured no faster (TensorFlow's oneDNN rewrite already fuses it).
+matmuls; XLA's run at half their speed), but then TensorFlow runs the tanh
+GELU op by op, forward and backward: about fifteen passes over the MLP's
+widest activation. Here it is a tf.custom_gradient whose forward and backward
+are each one small XLA-compiled function computing in float32; the matmuls
+around it stay with oneDNN. Measured at ViT-S/16, batch 16, bfloat16 without
+XLA (benchmarks/fused_ab.py; benchmarks/results_fused.md): the GELU's
+forward + backward 3.7x faster. Under an XLA-compiled step XLA fuses the
+GELU by itself, and the custom gradient measured slower there, so the
+trainer sets MlpBlock.fused_gelu only when its step is not XLA-compiled.
+The attention softmax and LayerNorm were tried the same way and left out:
+1.09x and 1.0x on their own, no gain in the whole step.
 
-Numerics: float32 inside (float64 for float64 inputs), as Keras' softmax
-under mixed precision; Keras' GELU computes in the input dtype, this one in
-float32, then rounds to the input dtype. The backward passes recompute
-what they need from the forward's input instead of keeping intermediates.
+Numerics: float32 inside (float64 for float64 inputs), then rounded to the
+input dtype (Keras' GELU computes in the input dtype). The backward pass
+recomputes from the forward's input instead of keeping intermediates.
 
-Used only where `active(training)`: the TensorFlow backend, training. The
-inference graph (and so every export: SavedModel, TFLite, ONNX) is the plain
-Keras one.
+Used only where MlpBlock.fused_gelu and `active(training)`: the TensorFlow
+backend, training. The inference graph (and so every export: SavedModel,
+TFLite, ONNX) is the plain Keras one.
 """
 
 import math
@@ -39,11 +39,6 @@ def active(training) -> bool:
 
 def gelu(x, approximate: bool):
     return _kernels().gelu_tanh(x) if approximate else _kernels().gelu_erf(x)
-
-
-def softmax(logits):
-    """Softmax over the last axis."""
-    return _kernels().softmax(logits)
 
 
 _KERNELS = None
@@ -102,19 +97,4 @@ def _build_kernels():
     def gelu_erf(x):
         return gelu_erf_forward(x), lambda dy: gelu_erf_backward(x, dy)
 
-    # Softmax over the last axis; the backward recomputes p from the logits.
-    @xla
-    def softmax_forward(z):
-        return tf.cast(tf.nn.softmax(f32(z), axis=-1), z.dtype)
-
-    @xla
-    def softmax_backward(z, dp):
-        p = tf.nn.softmax(f32(z), axis=-1)
-        g = f32(dp)
-        return tf.cast(p * (g - tf.reduce_sum(g * p, axis=-1, keepdims=True)), z.dtype)
-
-    @tf.custom_gradient
-    def softmax(z):
-        return softmax_forward(z), lambda dp: softmax_backward(z, dp)
-
-    return types.SimpleNamespace(gelu_tanh=gelu_tanh, gelu_erf=gelu_erf, softmax=softmax)
+    return types.SimpleNamespace(gelu_tanh=gelu_tanh, gelu_erf=gelu_erf)

@@ -36,8 +36,13 @@ class MlpBlock(keras.layers.Layer):
         self.dense_0.build(input_shape)
         self.dense_1.build(tuple(input_shape[:-1]) + (self.mlp_dim,))
 
+    # Set by the trainer (keras_vit.training) when its step is not XLA-compiled:
+    # the GELU as one kernel each way in training (keras_vit.layers.fused).
+    # Not part of the config: it changes no output or gradient.
+    fused_gelu = False
+
     def call(self, x, training=False):
-        gelu = fused.gelu if fused.active(training) else keras.activations.gelu
+        gelu = fused.gelu if self.fused_gelu and fused.active(training) else keras.activations.gelu
         x = gelu(self.dense_0(x), approximate=self.gelu_approximate)
         x = self.dropout(x, training=training)
         return self.dropout(self.dense_1(x), training=training)

@@ -28,7 +28,7 @@ import tensorflow as tf
 from tensorflow.core.framework import summary_pb2
 
 from keras_vit import runs
-from keras_vit.model import rematerialize_blocks
+from keras_vit.model import fuse_gelu, rematerialize_blocks
 from keras_vit.training import data as data_lib
 from keras_vit.training.checkpointing import CheckpointManager
 from keras_vit.training.config import RECIPES, TrainConfig
@@ -202,6 +202,8 @@ def train(config: TrainConfig, task: Optional[Task] = None,
         with strategy.scope():
             model = task.build_model(model_config, pipeline.image_size, source.num_classes, pipeline.num_channels)
             rematerialized_blocks = rematerialize_blocks(model) if config.remat else 0
+            # XLA fuses the GELU by itself; TensorFlow's op-by-op executor gets one kernel each way.
+            fused_gelu = not resolve_jit_compile(config, strategy) and fuse_gelu(model) > 0
             optimizer = make_optimizer(recipe, config.precision)
             optimizer.build(model.trainable_variables)
     finally:
@@ -239,6 +241,7 @@ def train(config: TrainConfig, task: Optional[Task] = None,
         "num_replicas": strategy.num_replicas_in_sync,
         "jit_compile": resolve_jit_compile(config, strategy),
         "rematerialized_blocks": rematerialized_blocks,
+        "fused_gelu": fused_gelu,
     }
     settings = {**config.to_dict(), "resolved": resolved}
     history_before = runs.segments(config.workdir)
