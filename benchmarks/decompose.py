@@ -12,7 +12,8 @@ Three contenders run in alternating rounds (benchmarks/bench_core.alternate):
             products, the two MLP layers), chained as in the model, nothing
             else; with --training, forward and backward (two products each)
   model     keras-vit's forward pass (inference) or its gradient
-            computation (forward, loss, backward; no optimizer update)
+            computation (forward, loss, backward; no optimizer update;
+            the GELU kernel the trainer picks: fused without XLA)
   trainer   with --training: one step of the project's trainer
             (keras_vit.training.train on a JPEG folder, as bench.py's
             "train()" rows: gradient, all-reduce, clipping, AdamW update)
@@ -83,11 +84,16 @@ def matmul_chain(variant: str, image_size: int, batch: int, dtype: str, training
     return lambda: float(step(pixels))
 
 
-def model_runner(variant: str, image_size: int, batch: int, dtype: str, training: bool, xla: bool):
-    """keras-vit's forward pass, or its gradient computation with a 10-class head."""
+def model_runner(variant: str, image_size: int, batch: int, dtype: str, training: bool, xla: bool,
+                 fused_gelu=None):
+    """keras-vit's forward pass, or its gradient computation with a 10-class head
+    and the GELU kernel the trainer would pick (fused without XLA) unless
+    `fused_gelu` says otherwise."""
     import keras
     import numpy as np
     import tensorflow as tf
+
+    from keras_vit.model import fuse_gelu
 
     images = tf.constant(_random_images(batch, image_size))
     if not training:
@@ -95,6 +101,7 @@ def model_runner(variant: str, image_size: int, batch: int, dtype: str, training
         forward = tf.function(lambda x: model(x, training=False), jit_compile=xla, autograph=False)
         return lambda: np.asarray(forward(images))
     model = _keras_vit_model(variant, image_size, dtype, include_top=True, num_classes=10)
+    fuse_gelu(model, not xla if fused_gelu is None else fused_gelu)
     labels = tf.constant(np.arange(batch) % 10)
     loss_fn = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
 
@@ -148,18 +155,23 @@ def decompose(variant, image_size, batch, dtype, training, xla, rounds, block_se
     }
 
 
-def main(argv=None):
-    parser = argparse.ArgumentParser(prog="python benchmarks/decompose.py", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--case", default="B/16@224", metavar="VARIANT@SIZE")
-    parser.add_argument("--batch", type=int, default=8)
-    parser.add_argument("--dtype", choices=("float32", "bfloat16"), default="float32")
-    parser.add_argument("--training", action="store_true", help="forward + backward instead of the forward pass")
-    xla = parser.add_mutually_exclusive_group()
-    xla.add_argument("--xla", dest="xla", action="store_true", default=True)
-    xla.add_argument("--no-xla", dest="xla", action="store_false")
+def add_step_arguments(parser, case: str, batch: int, dtype: str, xla: bool):
+    """The options every step-timing script here shares, with its defaults."""
+    parser.add_argument("--case", default=case, metavar="VARIANT@SIZE")
+    parser.add_argument("--batch", type=int, default=batch)
+    parser.add_argument("--dtype", choices=("float32", "bfloat16"), default=dtype)
+    group = parser.add_mutually_exclusive_group()
+    group.add_argument("--xla", dest="xla", action="store_true", default=xla)
+    group.add_argument("--no-xla", dest="xla", action="store_false")
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--block-seconds", type=float, default=2.0)
     parser.add_argument("--output", help="append the result as one JSON line to this file")
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(prog="python benchmarks/decompose.py", description=__doc__.split("\n\n")[0])
+    add_step_arguments(parser, "B/16@224", 8, "float32", True)
+    parser.add_argument("--training", action="store_true", help="forward + backward instead of the forward pass")
     args = parser.parse_args(argv)
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     variant, size = _parse_case(args.case)

@@ -186,3 +186,19 @@ def test_attention_share_of_the_flops_grows_with_resolution():
     assert bench_core.attention_share("B/16", 224) == pytest.approx(attention / total)  # 4.1%
     assert bench_core.attention_share("B/16", 384) == pytest.approx(0.111, abs=1e-3)
     assert bench_core.attention_share("S/16", 384) > bench_core.attention_share("S/16", 224)
+
+
+def test_decompose_and_fused_ab_run_on_the_smallest_model(tmp_path):
+    import decompose
+    import fused_ab
+
+    out = tmp_path / "lines.jsonl"
+    tiny = ["--case", "Mu/4@16", "--batch", "2", "--rounds", "1", "--block-seconds", "0", "--output", str(out)]
+    assert decompose.main(tiny + ["--training", "--no-xla"]) == 0
+    assert fused_ab.main(tiny) == 0
+    step, ab = [json.loads(line) for line in out.read_text().splitlines()]
+    assert step["mode"].startswith("training") and step["xla"] is False
+    for key in ("matmuls_of_probe", "model_of_matmuls", "model_of_probe", "model_of_trainer", "trainer_of_probe"):
+        assert step[key] > 0, key
+    assert set(ab["ms"]) == {"gradient fused", "gradient plain", "GELU fused", "GELU plain"}
+    assert ab["gradient_speedup"] > 0 and ab["GELU_speedup"] > 0
