@@ -263,11 +263,7 @@ def rematerialize_blocks(model, enabled: bool = True) -> int:
     activation memory of the encoder falls from all blocks' internals to one
     block's, for about one more forward pass per step. Returns the number of
     blocks. Outputs and gradients are unchanged (dropout masks included)."""
-    blocks = [layer for layer in model._flatten_layers(include_self=True, recursive=True)
-              if isinstance(layer, vit_layers.EncoderBlock)]
-    for block in blocks:
-        block.rematerialize = bool(enabled)
-    return len(blocks)
+    return _set_on_every(model, vit_layers.EncoderBlock, "rematerialize", bool(enabled))
 
 
 def fuse_gelu(model, enabled: bool = True) -> int:
@@ -275,11 +271,16 @@ def fuse_gelu(model, enabled: bool = True) -> int:
     training on TensorFlow (MlpBlock.fused_gelu, keras_vit.layers.fused):
     for steps that are not XLA-compiled. Returns the number of MLP blocks.
     Outputs and gradients are unchanged up to float32 rounding."""
-    blocks = [layer for layer in model._flatten_layers(include_self=True, recursive=True)
-              if isinstance(layer, vit_layers.MlpBlock)]
-    for block in blocks:
-        block.fused_gelu = bool(enabled)
-    return len(blocks)
+    return _set_on_every(model, vit_layers.MlpBlock, "fused_gelu", bool(enabled))
+
+
+def _set_on_every(model, layer_class, attribute, value) -> int:
+    """Sets a training-only switch on every `layer_class` layer inside `model`."""
+    layers = [layer for layer in model._flatten_layers(include_self=True, recursive=True)
+              if isinstance(layer, layer_class)]
+    for layer in layers:
+        setattr(layer, attribute, value)
+    return len(layers)
 
 
 def embed_images(images, preprocessing, resnet, patch_embedding, class_token, position_embedding,
