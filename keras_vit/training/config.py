@@ -180,9 +180,10 @@ class TrainConfig:
         jit_compile: XLA-compile the per-replica gradient computation. None
             (the default) picks by measurement: XLA, except for
             mixed_bfloat16 on a machine without GPU or TPU, where oneDNN
-            without XLA ran the trainer's S/16 step 1.6x faster (6.23 vs
-            3.91 images/s; benchmarks/results_training.md). What ran is
-            recorded in results.json's "resolved".
+            without XLA ran the trainer's S/16 step 1.9x faster (7.63 vs
+            3.95 images/s; benchmarks/results_training.md); a step without
+            XLA also takes the fused GELU (keras_vit.layers.fused). What
+            ran is recorded in results.json's "resolved".
         remat: rematerialise every encoder block (keras_vit.model.
             rematerialize_blocks): the backward pass recomputes each block's
             activations instead of holding them, for big models or batches

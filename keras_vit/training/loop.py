@@ -476,8 +476,9 @@ class _Steps:
 def resolve_jit_compile(config, strategy) -> bool:
     """Whether the per-replica step is XLA-compiled: config.jit_compile when
     given; by default XLA, except mixed_bfloat16 on a CPU-only machine, where
-    TensorFlow's oneDNN kernels without XLA measured 1.6x faster (the same
-    run's bfloat16 matmul probe: 310 GFLOP/s with oneDNN, 158 under XLA). TPUStrategy compiles anyway."""
+    TensorFlow's oneDNN kernels without XLA measured 1.9x faster (the same
+    run's bfloat16 matmul probe: 377 GFLOP/s with oneDNN, 165 under XLA;
+    benchmarks/results_training.md). TPUStrategy compiles anyway."""
     if isinstance(strategy, tf.distribute.TPUStrategy):
         return False
     if config.jit_compile is not None:
