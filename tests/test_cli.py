@@ -254,21 +254,25 @@ def test_ctrl_c_checkpoints_and_resuming_equals_an_uninterrupted_run(tmp_path):
 def test_a_second_ctrl_c_aborts_at_once():
     from keras_vit.training.loop import _StopSignals
 
-    # Python runs a signal's handler in the main thread at its next bytecode, and the kernel may
-    # deliver the signal to another (TensorFlow) thread, so one long sleep can outlast the handler's
-    # chance to run: wait in short steps, on a loaded machine too.
-    with _StopSignals() as stop:
-        os.kill(os.getpid(), signal.SIGINT)
-        for _ in range(500):
-            if stop.raised:
-                break
-            time.sleep(0.01)
-        assert stop.raised and stop.signum == signal.SIGINT
-        with pytest.raises(KeyboardInterrupt):
+    # Python's own handler before, as in a fresh `keras-vit train` (whatever an earlier test left).
+    outer = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        # Python runs a signal's handler in the main thread at its next bytecode, and the kernel may
+        # deliver the signal to another (TensorFlow) thread: wait in short steps, not one long sleep.
+        with _StopSignals() as stop:
             os.kill(os.getpid(), signal.SIGINT)
             for _ in range(500):
+                if stop.raised:
+                    break
                 time.sleep(0.01)
-    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+            assert stop.raised and stop.signum == signal.SIGINT
+            with pytest.raises(KeyboardInterrupt):
+                os.kill(os.getpid(), signal.SIGINT)
+                for _ in range(500):
+                    time.sleep(0.01)
+        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    finally:
+        signal.signal(signal.SIGINT, outer)
 
 
 def test_a_full_disk_while_checkpointing_keeps_the_previous_checkpoint(tmp_path, capsys, monkeypatch):
