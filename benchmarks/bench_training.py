@@ -251,8 +251,8 @@ def run_training(args, probe, log) -> List[dict]:
 def _training_case(args, probe, log, variant, size, batch, flops, scratch):
     data_root = write_jpeg_folder(os.path.join(scratch, "data"), size, count=max(64, 2 * batch))
     runners, contenders, steps, closers = {}, {}, {}, []
-    contenders_ = training_contenders(args.impls, args.dtypes, full=not args.quick, remat=args.remat)
-    for i, c in enumerate(_matching(contenders_, args.match)):
+    candidates = training_contenders(args.impls, args.dtypes, full=not args.quick, remat=args.remat)
+    for i, c in enumerate(_matching(candidates, args.match)):
         try:
             run, per_call, close = training_runner(c, variant, size, batch, data_root,
                                                    os.path.join(scratch, f"run{i}"), args.train_steps)

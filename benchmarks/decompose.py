@@ -168,6 +168,13 @@ def add_step_arguments(parser, case: str, batch: int, dtype: str, xla: bool):
     parser.add_argument("--output", help="append the result as one JSON line to this file")
 
 
+def append_line(path, result: dict):
+    """Appends `result` as one JSON line to `path` (the --output of these scripts), if given."""
+    if path:
+        with open(path, "a") as f:
+            f.write(json.dumps(result) + "\n")
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(prog="python benchmarks/decompose.py", description=__doc__.split("\n\n")[0])
     add_step_arguments(parser, "B/16@224", 8, "float32", True)
@@ -183,9 +190,7 @@ def main(argv=None):
           f"({result['model_of_matmuls']:.0%} of the matmuls alone, {result['model_of_probe']:.0%} of the probe)"
           + (f"; trainer step {result['trainer_gflops']} ({result['model_of_trainer']:.0%} of its time is the "
              f"gradient computation, {result['trainer_of_probe']:.0%} of the probe)" if args.training else ""))
-    if args.output:
-        with open(args.output, "a") as f:
-            f.write(json.dumps(result) + "\n")
+    append_line(args.output, result)
     return 0
 
 

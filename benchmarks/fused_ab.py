@@ -20,7 +20,7 @@ if os.path.dirname(os.path.abspath(__file__)) not in sys.path:
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from bench_core import MatmulProbe, _parse_case, alternate, macs_per_image  # noqa: E402
-from decompose import add_step_arguments, model_runner  # noqa: E402
+from decompose import add_step_arguments, append_line, model_runner  # noqa: E402
 
 
 def gelu_runners(variant, size, batch, dtype, xla):
@@ -68,9 +68,7 @@ def main(argv=None):
               "gradient_plain_of_probe": round(flops / median["gradient plain"] / 1e9 / peak, 3)}
     result["GELU_speedup"] = round(median["GELU plain"] / median["GELU fused"], 2)
     print(json.dumps(result))
-    if args.output:
-        with open(args.output, "a") as f:
-            f.write(json.dumps(result) + "\n")
+    append_line(args.output, result)
     return 0
 
 

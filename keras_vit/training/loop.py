@@ -196,6 +196,7 @@ def train(config: TrainConfig, task: Optional[Task] = None,
     if chief:
         os.makedirs(config.workdir, exist_ok=True)
 
+    jit_compile = resolve_jit_compile(config, strategy)
     previous_policy = keras.config.dtype_policy()
     keras.config.set_dtype_policy(config.precision)
     try:
@@ -203,7 +204,7 @@ def train(config: TrainConfig, task: Optional[Task] = None,
             model = task.build_model(model_config, pipeline.image_size, source.num_classes, pipeline.num_channels)
             rematerialized_blocks = rematerialize_blocks(model) if config.remat else 0
             # XLA fuses the GELU by itself; TensorFlow's op-by-op executor gets one kernel each way.
-            fused_gelu = not resolve_jit_compile(config, strategy) and fuse_gelu(model) > 0
+            fused_gelu = not jit_compile and fuse_gelu(model) > 0
             optimizer = make_optimizer(recipe, config.precision)
             optimizer.build(model.trainable_variables)
     finally:
@@ -239,7 +240,7 @@ def train(config: TrainConfig, task: Optional[Task] = None,
         "image_size": list(pipeline.image_size), "num_classes": source.num_classes,
         "num_channels": pipeline.num_channels, "strategy": resolve_name(config.strategy, config.tpu),
         "num_replicas": strategy.num_replicas_in_sync,
-        "jit_compile": resolve_jit_compile(config, strategy),
+        "jit_compile": jit_compile,
         "rematerialized_blocks": rematerialized_blocks,
         "fused_gelu": fused_gelu,
     }
