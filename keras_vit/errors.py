@@ -21,9 +21,6 @@ DISTRIBUTION = "keras-vision-transformer"
 """The name keras_vit is installed under (`pip install keras-vision-transformer`).
 The package index's `keras-vit` is an unrelated project."""
 
-ISSUES_URL = "https://github.com/keras-vit/keras-vit/issues"
-
-
 class UserError(ValueError):
     """Bad input: a value, name, path, file or data that cannot be used as given.
 
