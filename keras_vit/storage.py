@@ -7,12 +7,13 @@ only touches local files (the command line describing itself, keras_vit.runs)
 never starts it. Remote failures are raised as OSError (FileNotFoundError,
 PermissionError, ...), as local ones are, so callers catch one kind.
 
-Every write goes through one atomic writer, `write_bytes` (and `write_text`,
-`save_keras_model` on top of it): the new content goes to a temporary name in
-the same folder and is renamed over the target only once complete, so a
-failure (a full disk, a crash, a lost connection) leaves the previous file and
-no partial one. Locally the rename is atomic and the data is fsynced first; on
-an object store the object appears whole, as objects always do.
+Every write goes through one of two atomic writers: `write_bytes` for a file
+(and `write_text`, `save_keras_model` on top of it), `writing_directory` for a
+folder of files. The new content is complete under a temporary name beside the
+target before it takes the target's place, so a failure (a full disk, a crash,
+a lost connection) leaves the previous file or folder and no partial one.
+Locally the data is fsynced first and the rename is atomic; on an object store
+a file appears whole, as objects always do. Nothing here changes the umask.
 
 This module imports nothing of keras_vit: everything else builds on it.
 """
@@ -275,6 +276,17 @@ def _fsync(path: str) -> None:
         os.close(fd)
 
 
+def _fsync_folder(path: str) -> None:
+    """Makes the names in folder `path` durable (POSIX); Windows cannot open a folder, and needs not."""
+    if os.name == "nt":
+        return
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
 @contextlib.contextmanager
 def _removed_on_failure(temporary: str):
     try:
@@ -283,6 +295,130 @@ def _removed_on_failure(temporary: str):
         with contextlib.suppress(Exception):
             if exists(temporary):
                 remove(temporary)
+        raise
+
+
+@contextlib.contextmanager
+def writing_directory(path: PathLike) -> Iterator[str]:
+    """Writes folder `path` as one unit: yields an empty local folder to fill;
+    when the `with` block ends without an error, that folder replaces `path`
+    whole (an existing `path` and everything in it is replaced, not merged).
+
+        with storage.writing_directory("export/saved_model") as folder:
+            model.export(folder)
+
+    If the block (or the swap) fails, `path` is left as it was and the
+    temporary is removed. Locally the temporary is a hidden sibling of `path`
+    (made with the umask's permissions), every file and folder in it is
+    fsynced, then the old `path` is renamed aside, the new one renamed in
+    and the old one deleted: a reader sees the old folder or the new one
+    whole (or, between the two renames, none), never a part. Remotely
+    (gs://, ram://) the block fills a local temporary folder that is uploaded
+    beside `path` and then moved in file by file: an object store has no
+    folder rename, so readers can see a mix during that last move only."""
+    path = os.fspath(path)
+    if isfile(path):  # a file where a folder goes is a mistake: never delete it silently
+        raise NotADirectoryError(errno.ENOTDIR, "exists and is a file, not a folder", path)
+    if is_remote(path):
+        with tempfile.TemporaryDirectory(prefix="keras_vit-") as local:
+            yield local
+            _upload_and_swap(local, path)
+        return
+    path = os.path.abspath(path)
+    makedirs(os.path.dirname(path))
+    staging = _sibling(path, "tmp")
+    os.mkdir(staging, 0o777)  # the umask applies, as to any new folder (mkdtemp's 0700 would not)
+    with _removed_tree_on_failure(staging):
+        yield staging
+        _fsync_tree(staging)
+        _swap_local(staging, path)
+
+
+def _sibling(path: str, kind: str) -> str:
+    """A hidden name beside `path`: listings and globs of the parent folder skip it."""
+    return join(dirname(path) or os.curdir, f".{basename(path)}.{secrets.token_hex(6)}.{kind}")
+
+
+def _fsync_tree(root: str) -> None:
+    for folder, _, files in os.walk(root):
+        for name in files:
+            _fsync(os.path.join(folder, name))
+        _fsync_folder(folder)
+
+
+def _swap_local(staging: str, path: str) -> None:
+    """Renames `staging` to `path`; an existing `path` is renamed aside first and deleted after."""
+    aside = _sibling(path, "old")
+    try:
+        os.rename(path, aside)
+    except FileNotFoundError:
+        aside = None  # nothing to replace
+    try:
+        os.rename(staging, path)
+    except BaseException:
+        if aside:
+            os.rename(aside, path)  # put the old folder back before reporting the failure
+        raise
+    _fsync_folder(os.path.dirname(path))  # the renames themselves durable
+    if aside:
+        shutil.rmtree(aside, ignore_errors=True)  # the new folder is in place: a leftover is only waste
+
+
+def _upload_and_swap(local: str, path: str) -> None:
+    staging, aside = _sibling(path, "tmp"), _sibling(path, "old")
+    with _os_errors(path):
+        with _removed_tree_on_failure(staging):
+            _copy_tree(local, staging)  # a failure here leaves `path` untouched
+        had_old = exists(path)
+        if had_old:
+            _move_tree(path, aside)
+        try:
+            _move_tree(staging, path)
+        except BaseException:
+            if had_old:
+                with contextlib.suppress(Exception):
+                    _move_tree(aside, path)
+            raise
+        for leftover in ([aside] if had_old else []) + [staging]:
+            with contextlib.suppress(Exception):
+                _gfile().rmtree(leftover)
+
+
+def _copy_tree(local: str, remote: str) -> None:
+    for folder, _, files in os.walk(local):
+        target = join(remote, *_parts(os.path.relpath(folder, local)))
+        _gfile().makedirs(target)  # ram:// lists only folders made as such
+        for name in files:
+            with builtins.open(os.path.join(folder, name), "rb") as source, open(join(target, name), "wb") as out:
+                shutil.copyfileobj(source, out, _COPY_CHUNK)
+
+
+def _move_tree(source: str, target: str) -> None:
+    """Moves remote folder `source` to `target` file by file (gfile renames
+    folders on no object store whole; ram:// loses their content)."""
+    for folder, _, files in list(_gfile().walk(source)):  # listed before anything moves
+        relative = folder[len(source):].strip("/")
+        destination = join(target, relative) if relative else target
+        _gfile().makedirs(destination)
+        for name in files:
+            _gfile().rename(join(folder, name), join(destination, name), overwrite=True)
+    _gfile().rmtree(source)
+
+
+def _parts(relative: str) -> List[str]:
+    return [] if relative == os.curdir else relative.split(os.sep)
+
+
+@contextlib.contextmanager
+def _removed_tree_on_failure(temporary: str):
+    try:
+        yield
+    except BaseException:
+        with contextlib.suppress(Exception):
+            if is_remote(temporary):
+                _gfile().rmtree(temporary)
+            else:
+                shutil.rmtree(temporary)
         raise
 
 

@@ -285,3 +285,153 @@ def test_train_resume_and_export_with_the_workdir_and_the_images_on_ram(ram, tmp
     report = export_lib.export(work, formats=["saved_model"], out=str(tmp_path / "exports"),
                                verbose=False)
     assert all(row["passed"] for row in report["artifacts"]), report
+
+
+# --- folders, written as one unit ------------------------------------------------------------------------------
+
+def _fill(folder, files):
+    for name, content in files.items():
+        os.makedirs(os.path.dirname(os.path.join(folder, name)), exist_ok=True)
+        with open(os.path.join(folder, name), "w") as f:
+            f.write(content)
+
+
+def _read_tree(root):
+    """{relative path: content} of every file under a local or remote folder."""
+    found = {}
+    for folder, _, files in tf.io.gfile.walk(root):
+        for name in files:
+            relative = (folder[len(root):].strip("/") + "/" + name).lstrip("/")
+            found[relative] = storage.read_text(storage.join(folder, name))
+    return found
+
+
+OLD = {"a.txt": "old a", "sub/b.txt": "old b", "stale.txt": "only in the old"}
+NEW = {"a.txt": "new a", "sub/b.txt": "new b", "sub/deeper/c.txt": "new c"}
+
+
+def test_a_folder_is_replaced_whole_and_nothing_is_left_beside_it(tmp_path):
+    target = tmp_path / "out"
+    with storage.writing_directory(target) as folder:
+        assert os.listdir(folder) == [] and os.path.dirname(folder) == str(tmp_path)
+        _fill(folder, OLD)
+    assert _read_tree(str(target)) == OLD
+    with storage.writing_directory(str(target)) as folder:
+        _fill(folder, NEW)
+    assert _read_tree(str(target)) == NEW  # replaced, not merged: stale.txt is gone
+    assert os.listdir(tmp_path) == ["out"]
+
+
+def test_a_failure_inside_keeps_the_old_folder_and_removes_the_temporary(tmp_path):
+    target = tmp_path / "out"
+    with storage.writing_directory(target) as folder:
+        _fill(folder, OLD)
+    with pytest.raises(OSError, match="No space"):
+        with storage.writing_directory(target) as folder:
+            _fill(folder, {"a.txt": "half"})
+            raise OSError(errno.ENOSPC, "No space left on device")
+    assert _read_tree(str(target)) == OLD and os.listdir(tmp_path) == ["out"]
+    with pytest.raises(KeyboardInterrupt):  # an interrupt too
+        with storage.writing_directory(target) as folder:
+            raise KeyboardInterrupt
+    assert _read_tree(str(target)) == OLD and os.listdir(tmp_path) == ["out"]
+
+
+def test_a_failed_swap_puts_the_old_folder_back(tmp_path, monkeypatch):
+    target = tmp_path / "out"
+    with storage.writing_directory(target) as folder:
+        _fill(folder, OLD)
+    rename = os.rename
+
+    def refuse_the_new(source, destination):
+        if ".tmp" in os.path.basename(source):
+            raise PermissionError(errno.EACCES, "Permission denied")
+        rename(source, destination)
+
+    monkeypatch.setattr(os, "rename", refuse_the_new)
+    with pytest.raises(PermissionError):
+        with storage.writing_directory(target) as folder:
+            _fill(folder, NEW)
+    assert _read_tree(str(target)) == OLD and os.listdir(tmp_path) == ["out"]
+
+
+def test_readers_never_see_a_half_written_folder(tmp_path, monkeypatch):
+    # Every state the target passes through, recorded at each file write and rename.
+    target, seen = tmp_path / "out", []
+    with storage.writing_directory(target) as folder:
+        _fill(folder, OLD)
+    rename = os.rename
+
+    def watched(source, destination):
+        seen.append(_read_tree(str(target)) if target.exists() else None)
+        rename(source, destination)
+        seen.append(_read_tree(str(target)) if target.exists() else None)
+
+    monkeypatch.setattr(os, "rename", watched)
+    with storage.writing_directory(target) as folder:
+        for name, content in NEW.items():
+            _fill(folder, {name: content})
+            seen.append(_read_tree(str(target)))
+    assert all(state in (OLD, NEW, None) for state in seen), seen
+    assert seen[-1] == NEW
+
+
+def test_every_file_is_fsynced_before_the_folder_appears(tmp_path, monkeypatch):
+    synced, fsync = [], os.fsync
+    monkeypatch.setattr(os, "fsync", lambda fd: (synced.append(os.readlink(f"/proc/self/fd/{fd}")), fsync(fd))[1])
+    if not os.path.exists("/proc/self/fd"):
+        pytest.skip("needs /proc to name a descriptor")
+    with storage.writing_directory(tmp_path / "out") as folder:
+        _fill(folder, NEW)
+        staging = folder
+    assert {os.path.relpath(p, staging) for p in synced if p.startswith(staging + os.sep)} >= set(NEW)
+
+
+def test_a_new_folder_gets_the_umask_permissions(tmp_path):
+    previous = os.umask(0o022)
+    try:
+        with storage.writing_directory(tmp_path / "out") as folder:
+            _fill(folder, {"a.txt": "x"})
+        assert stat.S_IMODE(os.stat(tmp_path / "out").st_mode) == 0o755  # not mkdtemp's 0700
+    finally:
+        os.umask(previous)
+
+
+def test_a_file_where_the_folder_goes_is_refused_and_kept(tmp_path):
+    (tmp_path / "out").write_text("mine")
+    with pytest.raises(NotADirectoryError):
+        with storage.writing_directory(tmp_path / "out"):
+            pytest.fail("never reached")
+    assert (tmp_path / "out").read_text() == "mine"
+
+
+def test_a_remote_folder_is_written_replaced_and_kept_on_failure(ram):
+    target = storage.join(ram, "out")
+    with storage.writing_directory(target) as folder:
+        assert not storage.is_remote(folder)  # a local folder, for writers that need one
+        _fill(folder, OLD)
+    assert _read_tree(target) == OLD
+    with pytest.raises(RuntimeError):
+        with storage.writing_directory(target) as folder:
+            _fill(folder, NEW)
+            raise RuntimeError("killed")
+    assert _read_tree(target) == OLD and storage.listdir(ram) == ["out"]
+    with storage.writing_directory(target) as folder:
+        _fill(folder, NEW)
+    assert _read_tree(target) == NEW and storage.listdir(ram) == ["out"]
+
+
+def test_a_failed_upload_keeps_the_remote_folder(ram, monkeypatch):
+    target = storage.join(ram, "out")
+    with storage.writing_directory(target) as folder:
+        _fill(folder, OLD)
+
+    def quota(*args, **kwargs):  # the store refuses the upload: a tf.errors, raised as an OSError
+        raise tf.errors.ResourceExhaustedError(None, None, "quota exceeded")
+
+    monkeypatch.setattr(storage.shutil, "copyfileobj", quota)
+    with pytest.raises(OSError, match="quota exceeded"):
+        with storage.writing_directory(target) as folder:
+            _fill(folder, NEW)
+    monkeypatch.undo()
+    assert _read_tree(target) == OLD and storage.listdir(ram) == ["out"]
