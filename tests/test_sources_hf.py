@@ -4,6 +4,7 @@ load with their logits; ours written by save_pretrained load in transformers
 with ours."""
 
 import json
+import os
 
 import numpy as np
 import pytest
@@ -181,3 +182,30 @@ def test_unknown_tensors_are_reported_and_nothing_is_assigned(tmp_path):
     assert "missing from the checkpoint" in str(error.value)
     for a, b in zip(before, model.get_weights()):
         np.testing.assert_array_equal(a, b)
+
+
+def test_save_pretrained_replaces_the_directory_whole_and_keeps_it_on_failure(tmp_path, monkeypatch):
+    from keras_vit import errors
+    from keras_vit.weights import hf as hf_weights
+
+    first = keras_vit.ViT(tiny_config(patch_size=8), image_size=SIZE, num_classes=2)
+    keras_vit.save_pretrained(first, tmp_path / "out")
+    before = {p.name: p.read_bytes() for p in (tmp_path / "out").iterdir()}
+    second = keras_vit.ViT(tiny_config(patch_size=8), image_size=SIZE, num_classes=3)
+
+    def full_disk(tensors, path):
+        open(path, "wb").write(b"half")
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(hf_weights, "write_safetensors", full_disk)
+    with pytest.raises(OSError, match="No space"):
+        keras_vit.save_pretrained(second, tmp_path / "out")
+    assert {p.name: p.read_bytes() for p in (tmp_path / "out").iterdir()} == before
+    assert os.listdir(tmp_path) == ["out"]  # no staging folder left
+    monkeypatch.undo()
+    keras_vit.save_pretrained(second, tmp_path / "out")  # a second save replaces the first
+    assert json.loads((tmp_path / "out" / "config.json").read_text())["id2label"].keys() == {"0", "1", "2"}
+    (tmp_path / "out" / "README.md").write_text("mine")
+    with pytest.raises(errors.UserError, match="also holds README.md"):
+        keras_vit.save_pretrained(second, tmp_path / "out")
+    assert (tmp_path / "out" / "README.md").read_text() == "mine"

@@ -15,13 +15,13 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
-import tempfile
 from typing import Dict, List, Optional
 
 import numpy as np
 
+from keras_vit import storage
 from keras_vit.config import ViTConfig
+from keras_vit.errors import UserError
 from keras_vit.weights.checkpoint import (
     POSEMB_KEY,
     Checkpoint,
@@ -255,9 +255,10 @@ def save_pretrained(model, directory, labels: Optional[List[str]] = None) -> str
     model.safetensors, preprocessor_config.json) that
     `transformers.ViTForImageClassification.from_pretrained` (or `ViTModel`
     for include_top=False) loads with the same outputs (logits: HF applies
-    no classifier_activation). Files are written beside the directory first
-    and moved in, so a failure never leaves a half-written checkpoint."""
-    directory = os.path.abspath(os.fspath(directory))
+    no classifier_activation). The directory is written beside its place and
+    swapped in whole (`storage.writing_directory`), so a failure leaves the
+    previous one intact and readers never see a mix of two saves."""
+    directory = storage.abspath(directory)
     labels = labels if labels is not None else getattr(model, "labels", None)
     config = hf_config(model, labels)  # refuses what HF cannot express, before writing anything
     tensors = hf_tensors(model)
@@ -267,17 +268,24 @@ def save_pretrained(model, directory, labels: Optional[List[str]] = None) -> str
         "do_rescale": True, "rescale_factor": 1 / 255, "do_normalize": True,
         "image_mean": [0.5, 0.5, 0.5], "image_std": [0.5, 0.5, 0.5], "resample": 2,
     }
-    parent = os.path.dirname(directory)
-    os.makedirs(parent, exist_ok=True)
-    staging = tempfile.mkdtemp(prefix=".keras_vit_hf_", dir=parent)
-    try:
-        write_safetensors(tensors, os.path.join(staging, "model.safetensors"))
+    _refuse_others(directory)
+    with storage.writing_directory(directory) as folder:
+        write_safetensors(tensors, os.path.join(folder, "model.safetensors"))
         for name, content in (("config.json", config), ("preprocessor_config.json", preprocessor)):
-            with open(os.path.join(staging, name), "w", encoding="utf-8") as f:
+            with open(os.path.join(folder, name), "w", encoding="utf-8") as f:
                 json.dump(content, f, indent=2)
-        os.makedirs(directory, exist_ok=True)
-        for name in os.listdir(staging):
-            os.replace(os.path.join(staging, name), os.path.join(directory, name))
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
     return directory
+
+
+_SAVED_FILES = ("config.json", "model.safetensors", "preprocessor_config.json")
+
+
+def _refuse_others(directory: str) -> None:
+    """The whole directory is replaced: refuses to drop files that an earlier save did not write."""
+    if not storage.isdir(directory):
+        return
+    others = sorted(set(storage.listdir(directory)) - set(_SAVED_FILES))
+    if others:
+        raise UserError(f"save_pretrained replaces the whole directory {directory}, which also holds "
+                        f"{', '.join(others[:5])}{' ...' if len(others) > 5 else ''}: save to a new or empty "
+                        f"directory, or remove those first.")
