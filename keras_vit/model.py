@@ -17,6 +17,8 @@ MODEL_RANGE = "[-1, 1]"
 PIXEL_RANGE = "0..255"
 # Inputs of a [-1, 1] model that are all >= 0 with a maximum above this are pixels (ViT.check_input_range).
 PIXELS_ABOVE = 2.0
+# Final activations whose outputs are probabilities already (ViT.output_activation): nothing goes on top.
+PROBABILITY_ACTIVATIONS = ("softmax", "sigmoid")
 
 
 def preprocess_input(images):
@@ -121,9 +123,9 @@ class ViT(keras.Model):
             if config.resnet else None
         )
         patch_embedding = vit_layers.PatchEmbedding(config.hidden_size, config.patch_size, name="embedding")
-        class_token = vit_layers.ClassToken(name="cls") if config.classifier == "token" else None
+        num_prefix_tokens = prefix_tokens_of(config)
+        class_token = vit_layers.ClassToken(name="cls") if num_prefix_tokens else None
         grid = (height // stride, width // stride)
-        num_prefix_tokens = 1 if class_token is not None else 0
         position_embedding = _position_embedding(config.position_embedding, grid, num_prefix_tokens)
         embedding_dropout = keras.layers.Dropout(config.dropout_rate, name="embedding_dropout")
         encoder = vit_layers.Encoder(
@@ -255,6 +257,28 @@ class ViT(keras.Model):
         if names is not None and not self.include_top:
             raise ValueError(f"{self.name} has no classification head (include_top=False): it has no labels.")
         self._labels = None if names is None else tuple(check_labels(names, self.num_classes))
+
+    # --- what the model is: each rule's one home, read by export, predict, inspection and weights ---------
+
+    @property
+    def num_prefix_tokens(self) -> int:
+        """Tokens before the patch grid in the encoder's sequence: 1 (the class
+        token) for classifier="token", 0 for "gap" (`prefix_tokens_of`)."""
+        return prefix_tokens_of(self.config)
+
+    @property
+    def output_activation(self):
+        """"softmax" or "sigmoid" when the head ends in one (its outputs are
+        probabilities already: single-label or multi-label), None when it
+        returns logits or there is no head. Read from the head layer itself,
+        so it holds however the model was built or loaded."""
+        return None if self.head is None else activation_name(getattr(self.head, "activation", None))
+
+    @property
+    def returns_probabilities(self) -> bool:
+        """True when the outputs are probabilities already (`output_activation`
+        is softmax or sigmoid); False for logits, which take a softmax."""
+        return self.output_activation is not None
 
     # --- what the model takes -------------------------------------------------------------------------
 
@@ -477,6 +501,45 @@ def embed_images(images, preprocessing, resnet, patch_embedding, class_token, po
     if position_embedding is not None:
         x = position_embedding(x)
     return embedding_dropout(x, training=training)
+
+
+def prefix_tokens_of(config: ViTConfig) -> int:
+    """The one rule for the tokens before the patch grid: a class token with
+    classifier="token", none with "gap" (`ViT.num_prefix_tokens`)."""
+    return 1 if config.classifier == "token" else 0
+
+
+def activation_name(activation):
+    """"softmax" or "sigmoid" when `activation` (a name, a Keras or TF
+    function, a serialized dict, an activation layer) is one; else None."""
+    if activation is None:
+        return None
+    if isinstance(activation, keras.layers.Softmax):
+        return "softmax"
+    if isinstance(activation, keras.layers.Activation):
+        return activation_name(activation.activation)
+    if isinstance(activation, dict):
+        activation = keras.activations.deserialize(activation)
+    if isinstance(activation, str):
+        try:
+            activation = keras.activations.get(activation)
+        except ValueError:  # not a Keras name (e.g. a custom one): not a probability activation we know
+            return None
+    name = getattr(activation, "__name__", "")
+    name = name[:-3] if name.endswith("_v2") else name  # tf.nn.softmax is softmax_v2
+    return name if name in PROBABILITY_ACTIVATIONS else None
+
+
+def output_activation(model):
+    """`model.output_activation` for a ViT; for any other Keras model, that
+    of its last layer (a Dense with an activation, an Activation or Softmax
+    layer): "softmax", "sigmoid" or None (logits)."""
+    if isinstance(model, ViT):
+        return model.output_activation
+    last = model.layers[-1] if getattr(model, "layers", None) else None
+    if isinstance(last, (keras.layers.Softmax, keras.layers.Activation)):
+        return activation_name(last)
+    return activation_name(getattr(last, "activation", None))
 
 
 def _position_embedding(kind, grid, num_prefix_tokens):

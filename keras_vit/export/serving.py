@@ -10,20 +10,22 @@ import tensorflow as tf
 from keras_vit import images as images_lib
 
 
-def takes_raw_pixels(model) -> bool:
-    """True when the model scales 0..255 itself (ViT(include_preprocessing=True)),
-    as the model records it (keras_vit.images.takes_raw_pixels)."""
-    return images_lib.takes_raw_pixels(model)
+# What the model takes and returns is the model's to say (ViT.takes_raw_pixels,
+# ViT.output_activation; keras_vit.images and keras_vit.model read them for any model).
+takes_raw_pixels = images_lib.takes_raw_pixels
 
 
 def returns_probabilities(model) -> bool:
-    activation = getattr(model, "classifier_activation", None)
-    name = activation if isinstance(activation, str) else getattr(activation, "__name__", None)
-    return name == "softmax"
+    """True when the head ends in softmax or sigmoid: its outputs are served as they are."""
+    from keras_vit.model import output_activation
+
+    return output_activation(model) is not None
 
 
 def probabilities(model, images):
-    """float32 (B, H, W, C) pixels 0..255 -> (B, classes) probabilities."""
+    """float32 (B, H, W, C) pixels 0..255 -> (B, classes) probabilities: the
+    model's own where its head ends in softmax or sigmoid (multi-label: each
+    class on its own), else the softmax of its logits."""
     x = tf.cast(images, tf.float32)
     if not takes_raw_pixels(model):
         x = images_lib.to_model_range(x)  # plain arithmetic on a tf tensor: no Keras op in the graph

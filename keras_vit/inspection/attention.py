@@ -21,8 +21,9 @@ from keras_vit.images import model_inputs
 
 
 def num_prefix_tokens(model):
-    """Tokens before the patches: 1 with a class token, 0 for classifier="gap"."""
-    return 0 if model.class_token is None else 1
+    """Tokens before the patches, as the model says (ViT.num_prefix_tokens):
+    1 with a class token, 0 for classifier="gap"."""
+    return model.num_prefix_tokens
 
 
 def embed(model, x):

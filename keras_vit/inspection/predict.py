@@ -25,14 +25,11 @@ def find_labels(model_path, labels_path=None):
 
 
 def outputs_are_probabilities(model):
-    """True when the model's head already ends in softmax or sigmoid."""
-    import keras
+    """True when the model's head already ends in softmax or sigmoid (the
+    model says so: ViT.output_activation, keras_vit.model.output_activation)."""
+    from keras_vit.model import output_activation
 
-    activation = getattr(model, "classifier_activation", None)
-    if activation is None:
-        return False
-    name = getattr(keras.activations.get(activation), "__name__", "")
-    return name in ("softmax", "sigmoid")
+    return output_activation(model) is not None
 
 
 def predict_probabilities(model, images, batch_size=32):

@@ -87,8 +87,7 @@ def load_checkpoint(model, params: Mapping[str, np.ndarray]) -> None:
                          f"position_embedding={wanted!r}: build the model with position_embedding={held!r}, or "
                          f"train the {wanted} kind from scratch.")
     shapes = {key: tuple(variable.shape) for key, variable in expected.items()}
-    params, resized = resize_position_params(params, shapes, model.grid_size,
-                                             1 if model.class_token is not None else 0)
+    params, resized = resize_position_params(params, shapes, model.grid_size, model.num_prefix_tokens)
     for what in resized:
         logger.warning("keras_vit: resizing %s.", what)
 
