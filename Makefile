@@ -3,21 +3,33 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
+# Two workers: the suite's processes are mostly single-threaded TensorFlow on
+# small models, so two cores run two of them; tests that share a port, a
+# workdir or a cluster sit in one xdist_group (--dist loadgroup keeps them together).
+WORKERS ?= 2
+XDIST := -n $(WORKERS) --dist loadgroup
 
-.PHONY: install test test-backends demo bench clean
+.PHONY: install test test-fast demo bench clean
 
 $(STAMP): setup.cfg pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	# torch==2.13.0 (CPU) is the independent reference for the fidelity tests;
-	# JAX for the backend tests; tf2onnx + onnxruntime for the ONNX export tests.
-	$(PY) -m pip install --quiet -e ".[test,reference,backends,onnx]"
+	# all: every optional feature the tests exercise; test: pytest, xdist and
+	# the independent references (scipy, scikit-learn); docs: mkdocs build --strict;
+	# reference: torch==2.13.0 (CPU) and transformers for the fidelity tests;
+	# backends: JAX for the backend tests.
+	$(PY) -m pip install --quiet -e ".[all,test,docs,reference,backends]"
 	touch $(STAMP)
 
 install: $(STAMP)
 
+# Everything, slow tests included (CI: .ci/run).
 test: $(STAMP)
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q $(XDIST)
+
+# The edit-test loop: everything not marked slow.
+test-fast: $(STAMP)
+	$(PY) -m pytest -q $(XDIST) -m "not slow"
 
 demo: $(STAMP)
 	$(PY) -m keras_vit.cli demo

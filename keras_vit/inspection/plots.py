@@ -12,10 +12,16 @@ import os
 
 import numpy as np
 
+from keras_vit import errors
+
+
+def _matplotlib():
+    """matplotlib, or one line naming the extra that brings it."""
+    return errors.require("matplotlib", "plot", "Drawing figures")
+
 
 def _pyplot():
-    import matplotlib
-
+    matplotlib = _matplotlib()
     matplotlib.use("Agg")  # files only, never a window
     import matplotlib.pyplot as plt
 
@@ -62,8 +68,7 @@ def heatmap_overlay(image, heat, alpha=0.5, cmap="jet"):
     The map is min-max normalised, upsampled to the image (bilinear) and
     coloured with `cmap`; alpha is the map's weight.
     """
-    import matplotlib
-
+    matplotlib = _matplotlib()
     shown = _display(image)
     if shown.ndim == 2:
         shown = np.repeat(shown[..., None], 3, axis=-1)

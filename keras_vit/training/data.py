@@ -41,7 +41,7 @@ import numpy as np
 import tensorflow as tf
 
 from keras_vit import images as images_lib
-from keras_vit import mnist5k, storage
+from keras_vit import errors, mnist5k, storage
 
 AUTOTUNE = tf.data.AUTOTUNE
 EVAL_SPLIT_NAMES = ("validation", "val", "test", "eval")
@@ -461,11 +461,16 @@ def _tfrecord_source(config, root) -> Source:
     return source
 
 
+def _tfds():
+    """tensorflow_datasets, or one line naming the extra that brings it."""
+    return errors.require("tensorflow_datasets", "train", "tfds: datasets")
+
+
 def _tfds_builder(config, name):
     """A prepared tfds builder: NAME[/CONFIG][:VERSION] in --data-dir, or a prepared
     dataset directory (.../NAME/VERSION). Never downloads: an unprepared dataset
     is an error that says how to prepare it."""
-    import tensorflow_datasets as tfds
+    tfds = _tfds()
 
     if storage.isdir(name):
         try:
@@ -487,7 +492,7 @@ def _tfds_builder(config, name):
 
 
 def _tfds_source(config, name) -> Source:
-    import tensorflow_datasets as tfds
+    tfds = _tfds()
 
     builder = _tfds_builder(config, name)
     info = builder.info

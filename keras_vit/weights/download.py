@@ -8,13 +8,13 @@ from __future__ import annotations
 import os
 from typing import Optional, Tuple
 
+# require, not the module: _fetch's `errors` is huggingface_hub's.
+from keras_vit.errors import require
+
 
 def _hub():
-    try:
-        import huggingface_hub
-    except ImportError as error:  # pragma: no cover - install_requires has it
-        raise ImportError("hf: and timm: sources need huggingface_hub: pip install huggingface_hub") from error
-    return huggingface_hub
+    """huggingface_hub, or one line naming the extra that brings it."""
+    return require("huggingface_hub", "hub", "hf: and timm: sources")
 
 
 def _fetch(repo: str, filename: str, revision: Optional[str], source: str, required: bool = True) -> Optional[str]:
