@@ -64,6 +64,7 @@ class Prediction:
     probabilities: list
 
     def to_dict(self):
+        """The prediction as a dict of plain values (for JSON)."""
         return dataclasses.asdict(self)
 
 

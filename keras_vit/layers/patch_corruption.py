@@ -55,6 +55,7 @@ class PatchCorruption(keras.layers.Layer):
             initializer=keras.initializers.TruncatedNormal(stddev=0.02))
 
     def num_corrupted(self, num_tokens):
+        """How many of num_tokens patches are corrupted: corrupt_rate of them, at least one."""
         return max(1, int(round(self.corrupt_rate * num_tokens)))
 
     def call(self, tokens):

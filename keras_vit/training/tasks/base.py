@@ -27,6 +27,8 @@ class Task:
         return cls()
 
     def build_model(self, model_config, image_size, num_classes, num_channels) -> keras.Model:
+        """The model this task trains, built for the data (its image size, classes and
+        channels); the trainer builds it under the strategy's scope."""
         raise NotImplementedError
 
     def compute_loss(self, model, batch, training: bool) -> Tuple[tf.Tensor, Dict[str, tf.Tensor]]:
