@@ -126,6 +126,7 @@ def test_the_reference_covers_the_public_api():
                    "keras_vit.weights.save_pretrained", "keras_vit.weights.load_weights",
                    "keras_vit.training.trainer.train", "keras_vit.training.trainer.Trainer",
                    "keras_vit.training.config.TrainConfig", "keras_vit.export.pipeline.export",
+                   "keras_vit.export.format.ExportFormat",
                    "keras_vit.inspection.predict.predict_files", "keras_vit.layers.EncoderBlock"):
         assert needed in shown, needed
 
