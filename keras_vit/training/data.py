@@ -42,6 +42,7 @@ import tensorflow as tf
 
 from keras_vit import images as images_lib
 from keras_vit import errors, mnist5k, storage
+from keras_vit.errors import UserError
 
 AUTOTUNE = tf.data.AUTOTUNE
 EVAL_SPLIT_NAMES = ("validation", "val", "test", "eval")
@@ -154,7 +155,7 @@ class _Problems:
     def report(self, where, reason, strict):
         message = f"{where} cannot be decoded ({reason})"
         if strict:
-            raise ValueError(f"{message}. Remove or repair it, or {_STRICT_MARK}")
+            raise UserError(f"{message}. Remove or repair it, or {_STRICT_MARK}")
         if self.record(where, reason):
             warn(f"{message}: it is left out of its batches (--strict-data, or strict_data=True in Python, stops instead).")
 
@@ -254,7 +255,7 @@ def _leave_out_unreadable(config, name, files_by_split, shard):
     listed = "; ".join(f"{path} ({reason})" for path, reason in bad)
     message = f"{name}: {len(bad)} of {len(paths)} image files cannot be decoded: {listed}"
     if config.strict_data:
-        raise ValueError(f"{message}. Remove or repair them, or drop --strict-data (strict_data) to leave them out.")
+        raise UserError(f"{message}. Remove or repair them, or drop --strict-data (strict_data) to leave them out.")
     warn(f"{message}. They are left out (--strict-data, or strict_data=True in Python, stops instead).")
     for path, reason in bad:
         _PROBLEMS.record(path, reason)
@@ -268,12 +269,12 @@ def _check_classes(config, name, classes, train_files, where):
     if empty:
         listed = ", ".join(storage.join(where, c) for c in empty)
         if not config.drop_empty_classes:
-            raise ValueError(f"{name}: {len(empty)} class folder(s) hold no readable images: {listed}. Add "
-                             f"images, remove the folder(s), or pass --drop-empty-classes to leave them out.")
+            raise UserError(f"{name}: {len(empty)} class folder(s) hold no readable images: {listed}. Add "
+                            f"images, remove the folder(s), or pass --drop-empty-classes to leave them out.")
         warn(f"{name}: dropping {len(empty)} empty class folder(s): {listed}.")
         classes = [c for c in classes if c not in empty]
     if not classes:
-        raise ValueError(f"{name} holds no class sub-folders with images ({', '.join(images_lib.IMAGE_EXTENSIONS)}).")
+        raise UserError(f"{name} holds no class sub-folders with images ({', '.join(images_lib.IMAGE_EXTENSIONS)}).")
     if len(classes) == 1:
         warn(f"{name} has a single class ({classes[0]!r}): a classifier has nothing to tell apart "
               f"(degenerate data).")
@@ -287,7 +288,7 @@ def _class_folders(directory):
 
 def _folder_source(config, root, shard) -> Source:
     if not storage.isdir(root):
-        raise ValueError(f"folder:{root}: no such directory.")
+        raise UserError(f"folder:{root}: no such directory.")
     name = f"folder:{root}"
     train_dir = storage.join(root, "train")
     eval_dir = next((storage.join(root, n) for n in EVAL_SPLIT_NAMES if storage.isdir(storage.join(root, n))), None)
@@ -300,7 +301,7 @@ def _folder_source(config, root, shard) -> Source:
         classes, train_files = listing(train_dir)
         eval_classes, eval_files = listing(eval_dir)
         if eval_classes != classes:
-            raise ValueError(f"{name}: train/ and {storage.basename(eval_dir)}/ have different classes.")
+            raise UserError(f"{name}: train/ and {storage.basename(eval_dir)}/ have different classes.")
         train_files, eval_files = _leave_out_unreadable(config, name, [train_files, eval_files], shard)
         where = train_dir
     else:
@@ -318,7 +319,7 @@ def _read_list(path):
     import json
 
     if not storage.isfile(path):
-        raise ValueError(f"list:{path}: no such file (a CSV or JSON list of image path, label).")
+        raise UserError(f"list:{path}: no such file (a CSV or JSON list of image path, label).")
     with io.StringIO(storage.read_text(path)) as f:
         if path.lower().endswith(".json"):
             rows = json.load(f)
@@ -336,7 +337,7 @@ def _read_list(path):
     try:
         return [(located(p), str(label).strip()) for p, label in rows]
     except ValueError:
-        raise ValueError(f"list:{path}: every row must be (path, label).") from None
+        raise UserError(f"list:{path}: every row must be (path, label).") from None
 
 
 def _list_classes(labels):
@@ -352,7 +353,7 @@ def _list_source(config, spec, shard) -> Source:
     name = f"list:{spec}"
     files = spec.split(",")
     if len(files) > 2:
-        raise ValueError(f"{name}: give list:TRAIN or list:TRAIN,EVAL.")
+        raise UserError(f"{name}: give list:TRAIN or list:TRAIN,EVAL.")
     rows = [_read_list(f) for f in files]
     classes = _list_classes([label for table in rows for _, label in table])
 
@@ -370,8 +371,8 @@ def _list_source(config, spec, shard) -> Source:
         train_files, eval_files = _held_out(all_files)
     empty = [c for c in classes if not train_files[c]]
     if empty and not config.drop_empty_classes:
-        raise ValueError(f"{name}: class(es) {', '.join(empty)} have no readable training images; fix the list "
-                         f"or pass --drop-empty-classes.")
+        raise UserError(f"{name}: class(es) {', '.join(empty)} have no readable training images; fix the list "
+                        f"or pass --drop-empty-classes.")
     if empty:
         warn(f"{name}: dropping class(es) without images: {', '.join(empty)}.")
     classes = [c for c in classes if c not in empty]
@@ -432,8 +433,8 @@ def _tfrecord_source(config, root) -> Source:
         if eval_files:
             break
     if not train_files or not eval_files:
-        raise ValueError(f"tfrecord:{root} needs train*.tfrecord* and one of "
-                         f"{'/'.join(EVAL_SPLIT_NAMES)}*.tfrecord* files.")
+        raise UserError(f"tfrecord:{root} needs train*.tfrecord* and one of "
+                        f"{'/'.join(EVAL_SPLIT_NAMES)}*.tfrecord* files.")
     num_classes = config.num_classes
     class_names = None
     labels_txt = storage.join(root, "labels.txt")
@@ -442,7 +443,7 @@ def _tfrecord_source(config, root) -> Source:
     if num_classes is None and class_names:
         num_classes = len(class_names)
     if num_classes is None:
-        raise ValueError(f"tfrecord:{root}: pass --num-classes (or write {labels_txt}, one class a line).")
+        raise UserError(f"tfrecord:{root}: pass --num-classes (or write {labels_txt}, one class a line).")
     features = {"image": tf.io.FixedLenFeature([], tf.string), "label": tf.io.FixedLenFeature([], tf.int64)}
 
     def parse(record):
@@ -463,7 +464,7 @@ def _tfrecord_source(config, root) -> Source:
 
 def _tfds():
     """tensorflow_datasets, or one line naming the extra that brings it."""
-    return errors.require("tensorflow_datasets", "train", "tfds: datasets")
+    return errors.require("tensorflow_datasets", "train", "Reading a tfds: dataset")
 
 
 def _tfds_builder(config, name):
@@ -476,14 +477,14 @@ def _tfds_builder(config, name):
         try:
             return tfds.builder_from_directory(name)
         except Exception as error:  # noqa: BLE001 - whatever tfds raises, say what the folder must be
-            raise ValueError(f"tfds:{name}: not a prepared tfds dataset directory (it needs the dataset_info.json "
-                             f"that download_and_prepare writes, e.g. DATA_DIR/NAME/1.0.0): {error}") from None
+            raise UserError(f"tfds:{name}: not a prepared tfds dataset directory (it needs the dataset_info.json "
+                            f"that download_and_prepare writes, e.g. DATA_DIR/NAME/1.0.0): {error}") from None
     try:
         builder = tfds.builder(name, data_dir=config.data_dir)
     except Exception as error:  # noqa: BLE001 - unknown names, bad configs
-        raise ValueError(f"tfds:{name}: {type(error).__name__}: {str(error).splitlines()[0]}") from None
+        raise UserError(f"tfds:{name}: {type(error).__name__}: {str(error).splitlines()[0]}") from None
     if not builder.is_prepared():
-        raise ValueError(
+        raise UserError(
             f"tfds:{name} is not prepared in {builder.data_dir}; training never downloads. Prepare it once on a "
             f"machine with network access: python -c \"import tensorflow_datasets as tfds; "
             f"tfds.builder('{name}', data_dir='DATA_DIR').download_and_prepare()\", then pass --data-dir DATA_DIR "
@@ -502,7 +503,7 @@ def _tfds_source(config, name) -> Source:
     splits = list(info.splits)
     eval_split = config.eval_split or next((s for s in ("validation", "test") if s in splits), None)
     if eval_split is None or config.train_split not in splits:
-        raise ValueError(f"tfds:{name} has splits {splits}; pass --train-split/--eval-split.")
+        raise UserError(f"tfds:{name} has splits {splits}; pass --train-split/--eval-split.")
     shape = info.features[image_key].shape
     channels = shape[-1] or 3
     size = tuple(shape[:2]) if None not in shape[:2] else None
@@ -546,8 +547,8 @@ def _object_source(config, dataset, shard) -> Source:
         return _array_source(config, *dataset)
     if isinstance(dataset, (tuple, list)):
         if len(dataset) != 2:
-            raise ValueError("dataset= takes a tf.data.Dataset of (image, label), a (train, eval) pair of them, "
-                             "or a keras.utils.image_dataset_from_directory dataset.")
+            raise UserError("dataset= takes a tf.data.Dataset of (image, label), a (train, eval) pair of them, "
+                            "or a keras.utils.image_dataset_from_directory dataset.")
         train, held = dataset
     else:
         train, held = dataset, None
@@ -555,8 +556,8 @@ def _object_source(config, dataset, shard) -> Source:
     if file_paths is not None and getattr(train, "class_names", None):
         return _keras_directory_source(config, train, held, shard)
     if not isinstance(train, tf.data.Dataset) or (held is not None and not isinstance(held, tf.data.Dataset)):
-        raise ValueError(f"dataset= must be a tf.data.Dataset of (image, label), a (train, eval) pair of them, or "
-                         f"a keras.utils.image_dataset_from_directory dataset; got {type(train).__name__}.")
+        raise UserError(f"dataset= must be a tf.data.Dataset of (image, label), a (train, eval) pair of them, or "
+                        f"a keras.utils.image_dataset_from_directory dataset; got {type(train).__name__}.")
     train, held = _examples_of(train), None if held is None else _examples_of(held)
     if held is None:
         # One dataset: every 10th example is held out for evaluation.
@@ -566,7 +567,7 @@ def _object_source(config, dataset, shard) -> Source:
     datasets = {"train": train, "eval": held}
     image_spec = train.element_spec[0]
     if image_spec.shape.rank != 3 or image_spec.shape[-1] is None:
-        raise ValueError(f"dataset= elements must be (image (H, W, C), label); got image shape {image_spec.shape}.")
+        raise UserError(f"dataset= elements must be (image (H, W, C), label); got image shape {image_spec.shape}.")
     sizes = {k: int(v.reduce(np.int64(0), lambda n, _: n + 1)) for k, v in datasets.items()}
     class_names = getattr(dataset if not isinstance(dataset, (tuple, list)) else dataset[0], "class_names", None)
     num_classes = config.num_classes or (len(class_names) if class_names else None)
@@ -590,8 +591,8 @@ def _object_source(config, dataset, shard) -> Source:
 def _array_source(config, images, labels) -> Source:
     """dataset=(images (N, H, W, C) 0..255, labels (N,)): every 10th example held out."""
     if images.ndim != 4 or labels.shape != (len(images),):
-        raise ValueError(f"dataset=(images, labels) needs images (N, H, W, C) and labels (N,); got "
-                         f"{images.shape} and {labels.shape}.")
+        raise UserError(f"dataset=(images, labels) needs images (N, H, W, C) and labels (N,); got "
+                        f"{images.shape} and {labels.shape}.")
     held = np.arange(len(labels)) % HELD_OUT_EVERY == HELD_OUT_EVERY - 1
     labels = labels.astype(np.int32)
     return _table_source(
@@ -607,7 +608,7 @@ def _examples_of(ds):
         ds = ds.map(lambda e: (e["image"], e["label"]))
         spec = ds.element_spec
     if not isinstance(spec, tuple) or len(spec) != 2:
-        raise ValueError(f"dataset= elements must be (image, label) pairs; got {spec}.")
+        raise UserError(f"dataset= elements must be (image, label) pairs; got {spec}.")
     if spec[0].shape.rank == 4:
         ds = ds.unbatch()
     return ds
@@ -623,7 +624,7 @@ def _keras_directory_source(config, train, held, shard) -> Source:
         for path in sorted(ds.file_paths):
             parent = os.path.basename(os.path.dirname(path))
             if parent not in grouped:
-                raise ValueError(f"dataset=: {path} is not inside a folder named after one of {classes}.")
+                raise UserError(f"dataset=: {path} is not inside a folder named after one of {classes}.")
             grouped[parent].append(path)
         return grouped
 
@@ -677,7 +678,7 @@ def open_source(config, dataset=None, shard=(0, 1)) -> Source:
         return _list_source(config, arg, shard)
     if kind == "tfrecord" and arg:
         return _tfrecord_source(config, arg)
-    raise ValueError(f"Unknown dataset {spec!r}: use mnist5k, tfds:NAME, folder:PATH, list:FILE or tfrecord:DIR.")
+    raise UserError(f"Unknown dataset {spec!r}: use mnist5k, tfds:NAME, folder:PATH, list:FILE or tfrecord:DIR.")
 
 
 # --- preprocessing -------------------------------------------------------------
@@ -751,7 +752,7 @@ def train_dataset(source: Source, pipeline: Pipeline, config, context: tf.distri
     start = examples_seen // count
     shard_size = source.shard_size(source.train_split, index, count)
     if shard_size == 0:
-        raise ValueError(f"Input pipeline {index} of {count} has no training examples.")
+        raise UserError(f"Input pipeline {index} of {count} has no training examples.")
     start_epoch, offset = divmod(start, shard_size) if shard_size else (0, start)
     seed = config.seed * 1_000_003 + index
     ordered = _epochs(source, index, count, config.seed, seed, config.shuffle_buffer, shard_size)
@@ -818,7 +819,7 @@ def check_stream_mixing(source: Source, config) -> Optional[str]:
 def eval_steps(source: Source, global_batch: int) -> int:
     size = source.sizes.get(source.eval_split)
     if not size:
-        raise ValueError(f"{source.name}: the evaluation split {source.eval_split!r} is empty or of unknown size.")
+        raise UserError(f"{source.name}: the evaluation split {source.eval_split!r} is empty or of unknown size.")
     return math.ceil(size / global_batch)
 
 

@@ -9,12 +9,12 @@ import os
 from typing import Optional, Tuple
 
 # require, not the module: _fetch's `errors` is huggingface_hub's.
-from keras_vit.errors import require
+from keras_vit.errors import CannotContinue, UserError, require
 
 
 def _hub():
     """huggingface_hub, or one line naming the extra that brings it."""
-    return require("huggingface_hub", "hub", "hf: and timm: sources")
+    return require("huggingface_hub", "hub", "Downloading an hf: or timm: checkpoint")
 
 
 def _fetch(repo: str, filename: str, revision: Optional[str], source: str, required: bool = True) -> Optional[str]:
@@ -28,7 +28,7 @@ def _fetch(repo: str, filename: str, revision: Optional[str], source: str, requi
             return None
         if filename == "model.safetensors":
             _refuse_pickle_only(repo, revision, source)
-        raise ValueError(f"{source}: the repository {repo} has no {filename}.")
+        raise UserError(f"{source}: the repository {repo} has no {filename}.")
     except errors.LocalEntryNotFoundError as error:
         if not required:
             return None
@@ -41,17 +41,17 @@ def _fetch(repo: str, filename: str, revision: Optional[str], source: str, requi
         local = f"/path/to/{repo.split('/')[-1]}"
         example = (f"{local} in place of {source}" if _console.COMMAND_LINE else
                    f"keras_vit.from_pretrained('{local}')")
-        raise ValueError(
+        raise CannotContinue(  # the network, not the input: exit 1
             f"Could not get {filename} of {source} ({repo}{'@' + revision if revision else ''}): this machine is "
             f"offline (or HF_HUB_OFFLINE=1) and it is not in the Hugging Face cache. Download the repository "
             f"elsewhere (`hf download {repo}`, or `save_pretrained`) and pass its local directory, e.g. {example}."
         ) from error
     except (errors.RepositoryNotFoundError, errors.RevisionNotFoundError, errors.GatedRepoError) as error:
-        raise ValueError(f"{source}: {type(error).__name__}: {str(error).splitlines()[0]}") from error
+        raise UserError(f"{source}: {type(error).__name__}: {str(error).splitlines()[0]}") from error
 
 
 def _refuse_pickle_only(repo, revision, source):
-    raise ValueError(
+    raise UserError(
         f"{source}: the repository {repo} has no model.safetensors (only a pickled pytorch_model.bin, which "
         f"keras-vit never unpickles). Convert it to safetensors where you trust it (transformers: "
         f"from_pretrained then save_pretrained) and pass the local directory."
@@ -65,7 +65,7 @@ def hf_directory(repo: str, revision: Optional[str] = None) -> str:
     weights = _fetch(repo, "model.safetensors", revision, source)
     directory = os.path.dirname(config)
     if os.path.dirname(weights) != directory:  # pragma: no cover - one snapshot holds both
-        raise ValueError(f"{source}: config.json and model.safetensors came from different snapshots.")
+        raise CannotContinue(f"{source}: config.json and model.safetensors came from different snapshots.")
     return directory
 
 
