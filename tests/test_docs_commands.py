@@ -138,3 +138,22 @@ def test_a_documented_command_that_runs_offline_runs(argv, fails, stand_ins, tmp
     if "--out" in argv:
         argv[argv.index("--out") + 1] = str(tmp_path / "out")
     assert cli.main(argv) == (2 if fails else 0)
+
+
+def test_every_guide_page_with_commands_is_read():
+    # The site's pages are read as the README is: moving commands into a page keeps them tested.
+    pages = {param.id.rsplit(":", 1)[0] for param in COMMANDS}
+    for page in ("README.md", "docs/models.md", "docs/training.md", "docs/export.md", "docs/inspection.md",
+                 "docs/weights.md"):
+        assert page in pages, page
+
+
+INSTALL = re.compile(r"pip install\s+[\"']?keras-vit\b")
+
+
+def test_the_docs_never_install_the_other_keras_vit():
+    # `keras-vit` on the package index is an unrelated project: every install line names ours.
+    for path in _documents() + [os.path.join(ROOT, "CHANGELOG.md")]:
+        with open(path, encoding="utf-8") as f:
+            for number, line in enumerate(f, 1):
+                assert not INSTALL.search(line), f"{os.path.relpath(path, ROOT)}:{number}: {line.strip()}"
