@@ -50,10 +50,13 @@ def _onnx_outputs(path):
 
 def test_sigmoid_head_serves_sigmoid_probabilities(multilabel, tmp_path):
     model, expected = multilabel
-    formats = ["saved_model", "tflite"] + (["onnx"] if _has("tf2onnx") else [])
+    # hf: validated by transformers in a fresh process, against the same sigmoid reference.
+    formats = (["saved_model", "tflite"] + (["onnx"] if _has("tf2onnx") else [])
+               + (["hf"] if _has("transformers") and _has("torch") else []))
     report = export(model, formats, str(tmp_path), name="tags", validation_data=PIXELS, latency_runs=1,
                     verbose=False)
     assert report["passed"], report["artifacts"]
+    assert [row["format"] for row in report["artifacts"]] == formats
     served = tf.saved_model.load(str(tmp_path / "tags" / "1")).signatures["serving_default"]
     by_format = {"saved_model": served(images=tf.constant(PIXELS))["probabilities"].numpy(),
                  "tflite": _tflite_outputs(tmp_path / "tags.tflite")}

@@ -10,7 +10,15 @@ import sys
 
 
 def add_arguments(parser):
-    from keras_vit.export.pipeline import FORMATS, OPTIONAL_FORMATS
+    # The registry imports no TensorFlow: --help stays fast.
+    from keras_vit.errors import install_hint
+    from keras_vit.export.registry import FORMATS, OPTIONAL_FORMATS, REGISTRY
+
+    needing = {}
+    for name, fmt in REGISTRY.items():
+        if fmt.default and fmt.extra:
+            needing.setdefault(fmt.extra, []).append(name)
+    extras = "; ".join(f"{','.join(names)} need {install_hint(extra)}" for extra, names in needing.items())
 
     parser.add_argument("source", help="a training workdir, a .keras file, anything keras_vit.from_pretrained "
                                        "takes (an HF transformers, keras-hub or timm folder, hf:ORG/NAME, "
@@ -18,8 +26,7 @@ def add_arguments(parser):
                                        "(then --weights is required)")
     parser.add_argument("--formats",
                         help=f"comma-separated, out of {','.join(FORMATS + OPTIONAL_FORMATS)} (default: "
-                             f"{','.join(FORMATS)}, less those whose packages are not installed: onnx needs "
-                             f"keras-vit[onnx])")
+                             f"{','.join(FORMATS)}, less those whose packages are not installed: {extras})")
     parser.add_argument("--out", default="exports", help="output folder, holding this export only (default: "
                                                          "exports)")
     parser.add_argument("--overwrite", action="store_true",
@@ -50,7 +57,8 @@ def add_arguments(parser):
 
 
 def run(args):
-    from keras_vit.export.pipeline import ExportError, ExportFailed, export
+    from keras_vit.errors import CannotContinue, UserError
+    from keras_vit.export.pipeline import export
 
     # One source for both (no --calibration-data): export() calibrates on a
     # sample across classes and validates on the other images.
@@ -62,10 +70,10 @@ def run(args):
             num_validation=args.num_validation, num_calibration=args.num_calibration,
             latency_runs=args.latency_runs, weights=args.weights, image_size=args.image_size,
             num_classes=args.num_classes, num_channels=args.num_channels, overwrite=args.overwrite, verbose=True)
-    except ExportError as error:
+    except UserError as error:  # bad input, or a missing extra (ExportError, MissingExtra)
         print(f"keras-vit export: error: {error}", file=sys.stderr)
         return 2
-    except ExportFailed as error:
+    except CannotContinue as error:  # an artifact failed its validation (ExportFailed)
         print(f"keras-vit export: {error}", file=sys.stderr)
         return 1
     return 0 if report["passed"] else 1

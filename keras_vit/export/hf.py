@@ -1,21 +1,22 @@
 """`--formats hf`: an HF transformers ViT directory (config.json, model.safetensors,
-preprocessor_config.json) written by keras_vit.save_pretrained, validated like the
-other formats: loaded by transformers.ViTForImageClassification in a fresh process
-(runner.py imports torch and transformers only) and compared with Keras."""
+preprocessor_config.json) written by keras_vit.save_pretrained (as one unit,
+keras_vit.storage.writing_directory), validated like the other formats:
+loaded by transformers.ViTForImageClassification in a fresh process
+(runner.py imports torch and transformers only) and compared with Keras.
+Built only when named: its validation needs the `reference` extra."""
 
 from __future__ import annotations
+
+from keras_vit.errors import require
+from keras_vit.export.format import Build, ExportFormat
 
 
 def check(model):
     """Refuses, before anything is built, what HF's ViT cannot express or run here."""
     from keras_vit.weights.hf import hf_config
 
-    try:
-        import torch  # noqa: F401
-        import transformers  # noqa: F401
-    except ImportError as error:
-        raise ImportError(f"the hf format is validated with transformers and torch: pip install "
-                          f"'keras-vit[reference]' ({error}).") from None
+    require("torch", "reference", "Validating the hf export (transformers runs it)")
+    require("transformers", "reference", "Validating the hf export")
     if not hasattr(model, "config") or not hasattr(model, "include_top"):
         raise ValueError(f"{model.name} is not a keras_vit.ViT; only those are written as HF checkpoints.")
     if not model.include_top:
@@ -31,3 +32,19 @@ def write(model, labels, path):
     return {"architecture": "ViTForImageClassification",
             "hidden_act": "gelu_pytorch_tanh" if model.config.gelu_approximate else "gelu",
             "layer_norm_eps": model.config.layer_norm_epsilon}
+
+
+def _build(job: Build):
+    return write(job.model, job.labels, job.path)
+
+
+EXPORT_FORMATS = (ExportFormat(
+    name="hf",
+    description="HF transformers ViT directory (ViTForImageClassification), run by transformers",
+    layout="{name}-hf",
+    runtime="hf",
+    build=_build,
+    check=check,
+    default=False,
+    extra="reference",
+),)

@@ -7,20 +7,16 @@ of the official ViT converts; the exact one would need Erf/Erfc ops.
 
 from __future__ import annotations
 
-import tensorflow as tf
-
-from keras_vit.export import serving
+from keras_vit.errors import require
+from keras_vit.export.format import Build, ExportFormat
 
 OPSET = 17
 PROTOBUF_LIMIT = 2 * 1024**3
 
 
 def check(model):
-    try:
-        import onnxruntime  # noqa: F401
-        import tf2onnx  # noqa: F401
-    except ImportError as error:
-        raise ImportError(f'ONNX export needs tf2onnx and onnxruntime: pip install "keras-vit[onnx]" ({error}).') from None
+    require("tf2onnx", "onnx", "ONNX export")
+    require("onnxruntime", "onnx", "Validating the ONNX export")
     config = getattr(model, "config", None)
     if config is not None and not getattr(config, "gelu_approximate", True):
         raise ValueError(f"{model.name} uses the exact GELU (gelu_approximate=False, as HF/timm/keras-hub "
@@ -32,10 +28,29 @@ def check(model):
 
 
 def write(model, path):
-    import tf2onnx
+    import tensorflow as tf
+
+    from keras_vit.export import serving
 
     check(model)
+    tf2onnx = require("tf2onnx", "onnx", "ONNX export")
     _, height, width, channels = model.inputs[0].shape
     spec = tf.TensorSpec((None, height, width, channels), tf.float32, name="images")
     fn = tf.function(lambda images: {"probabilities": serving.probabilities(model, images)})
     tf2onnx.convert.from_function(fn, input_signature=[spec], opset=OPSET, output_path=path)
+
+
+def _build(job: Build):
+    write(job.model, job.path)
+    return {"opset": OPSET}
+
+
+EXPORT_FORMATS = (ExportFormat(
+    name="onnx",
+    description="ONNX (tf2onnx, opset 17), run by onnxruntime: pixels in, probabilities out, any batch size",
+    layout="{name}.onnx",
+    runtime="onnx",
+    build=_build,
+    check=check,
+    extra="onnx",
+),)

@@ -1,6 +1,7 @@
-"""`export()`: model -> artifacts, each validated in a fresh process, moved into place only when good.
+"""`export()`: model -> artifacts, each validated in a fresh process, installed only when good.
 
-Layout of `out` (TF Serving reads `<out>/<name>/`, serving its highest version):
+Layout of `out` (TF Serving reads `<out>/<name>/`, serving its highest version);
+each format's path is its ExportFormat.layout (keras_vit.export.registry):
 
     <out>/<name>/<version>/          SavedModel (serving_default, serving_bytes, assets/labels.txt)
     <out>/<name>.tflite              float32
@@ -12,51 +13,37 @@ Layout of `out` (TF Serving reads `<out>/<name>/`, serving its highest version):
     <out>/labels.txt                 one class name per line, index = class id
     <out>/report.json                the validation report
 
-`out` holds one export, replaced as a whole: everything is built and validated
-in `<out>/.export-*/` (same filesystem), then the entries of the previous export
-are moved aside and the new ones renamed into place (the old ones back if a
-rename fails). A folder holding an export is replaced only when asked
-(overwrite, `--overwrite`), and only by an export whose artifacts all passed:
-a failed one leaves the previous export as it was. A folder holding anything
-else is never written into. Into a new or empty folder, the artifacts that
-passed are installed with the report saying which failed.
+`out` holds one export, replaced as a whole (keras_vit.export.install): a
+folder holding an export is replaced only when asked (overwrite,
+`--overwrite`), and only by an export whose artifacts all passed: a failed
+one leaves the previous export as it was. A folder holding anything else is
+never written into. Into a new or empty folder, the artifacts that passed
+are installed with the report saying which failed.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shutil
-import tempfile
 import time
-from typing import Dict, Iterable, Optional, Union
+from typing import Any, Dict, List, Optional
 
 import numpy as np
 
 from keras_vit import _console, storage
+from keras_vit.errors import CannotContinue, MissingExtra
+from keras_vit.export import install as install_lib
+from keras_vit.export.format import Build, ExportFormat
+from keras_vit.export.install import LABELS_FILE, REPORT_FILE
+from keras_vit.export.registry import FORMATS, OPTIONAL_FORMATS, REGISTRY, ExportError, parse_formats
 
-# The default formats, less those whose packages (an extra) are not installed.
-FORMATS = ("saved_model", "tflite", "tflite-fp16", "tflite-dynamic", "tflite-int8", "onnx")
-# Built only when named: validating them needs the `reference` extra (torch, transformers).
-OPTIONAL_FORMATS = ("hf",)
-FILE_SUFFIXES = {
-    "hf": "-hf",
-    "tflite": ".tflite",
-    "tflite-fp16": ".fp16.tflite",
-    "tflite-dynamic": ".dynamic-int8.tflite",
-    "tflite-int8": ".int8.tflite",
-    "onnx": ".onnx",
-}
-REPORT_FILE = "report.json"
-LABELS_FILE = "labels.txt"
-_STAGING_PREFIX = ".export-"
+__all__ = ["FORMATS", "OPTIONAL_FORMATS", "ExportError", "ExportFailed", "Exporter", "export", "parse_formats",
+           "LABELS_FILE", "REPORT_FILE"]
 
 
-class ExportError(ValueError):
-    """The export cannot start: unknown format, missing model, unsuitable model or data."""
-
-
-class ExportFailed(RuntimeError):
+class ExportFailed(CannotContinue):
     """Some artifact failed conversion or validation; `.report` says which and why."""
 
     def __init__(self, report):
@@ -66,16 +53,6 @@ class ExportFailed(RuntimeError):
                 f"{report['report_path']}")
         super().__init__(f"export failed for {', '.join(failed)} ({kept})")
         self.report = report
-
-
-def parse_formats(formats: Union[str, Iterable[str]]):
-    names = [f.strip() for f in (formats.split(",") if isinstance(formats, str) else formats) if f.strip()]
-    names = [n.replace("_", "-") if n.startswith("tflite") else n.replace("-", "_") for n in names]
-    unknown = [n for n in names if n not in FORMATS + OPTIONAL_FORMATS]
-    if unknown or not names:
-        raise ExportError(f"Unknown export format(s) {unknown or names}; choose from "
-                          f"{', '.join(FORMATS + OPTIONAL_FORMATS)}.")
-    return list(dict.fromkeys(names))
 
 
 def export(model_or_path, formats=None, out="exports", *, validation_data=None, calibration_data=None,
@@ -96,11 +73,12 @@ def export(model_or_path, formats=None, out="exports", *, validation_data=None, 
         formats: a list or comma-separated string out of FORMATS +
             OPTIONAL_FORMATS. None: FORMATS, less those whose packages are
             not installed (each skipped one is said, and listed in the
-            report's "skipped" with the pip command that adds it).
+            report's "skipped" with the pip command that adds it). A format
+            named whose packages are missing raises MissingExtra.
         out: the output folder (created if needed), holding this export
-            only. A local folder: the artifacts are built, validated in
-            fresh processes and renamed into place there (copy them to
-            object storage afterwards).
+            only. A local folder: the artifacts are built and validated in
+            fresh processes beside it, then installed as one unit (copy them
+            to object storage afterwards).
         validation_data: images to validate on: "mnist" (the bundled
             digits), an .npz/.npy path, a folder of images, an array of
             pixels 0..255, or (images, labels). Labels give accuracy.
@@ -118,7 +96,7 @@ def export(model_or_path, formats=None, out="exports", *, validation_data=None, 
         num_validation: use at most this many validation images (a seeded
             sample across classes).
         latency_runs: single-image calls timed per artifact.
-        thresholds: per-format overrides of report.THRESHOLDS.
+        thresholds: per-format overrides of each format's thresholds.
         overwrite: replace the export already in `out` (as a whole, once the
             new one passed); without it such a folder is refused.
         raise_on_failure: raise ExportFailed (after installing what may be
@@ -127,282 +105,249 @@ def export(model_or_path, formats=None, out="exports", *, validation_data=None, 
     Returns:
         The report (also written to `<out>/report.json`).
     """
-    from keras_vit.export import data as data_lib
-    from keras_vit.export import report as report_lib
-    from keras_vit.export import serving, source as source_lib
-
-    def say(message):
-        if verbose:
-            print(f"[export] {message}", flush=True)
-
-    by_default = formats is None
-    formats = list(FORMATS) if by_default else parse_formats(formats)
-    replacing = _check_out(out, overwrite)
-    try:
-        src = source_lib.resolve(model_or_path, weights=weights, image_size=image_size, num_classes=num_classes,
-                                 num_channels=num_channels, labels=labels, name=name)
-    except (FileNotFoundError, ValueError) as error:
-        raise ExportError(str(error)) from error
-    model = src.model
-    height, width, channels = (int(d) for d in model.inputs[0].shape[1:])
-    formats, skipped = _usable_formats(formats, model, by_default)
-    for fmt, reason in skipped.items():
-        say(f"{fmt} skipped (a default format; its packages are not installed): {reason}")
-    limits = {f: {**report_lib.THRESHOLDS[f], **(thresholds or {}).get(f, {})} for f in formats}
-
-    # === Data ===
-    # Validation and calibration are drawn across classes (seeded, stratified),
-    # never "the first N files", which in a class-sorted folder are the first classes only.
-    calibration, calibration_held_out = None, None
-    try:
-        if validation_data is None:
-            validation = data_lib.random_images(32, (height, width), channels)
-        else:
-            validation = data_lib.load(validation_data, (height, width), channels)
-        if "tflite-int8" in formats:
-            if calibration_data is not None:
-                calibration = data_lib.sample(data_lib.load(calibration_data, (height, width), channels),
-                                              num_calibration)
-            elif validation_data is not None:
-                # One source for both: calibrate on a sample across classes, validate on the others.
-                calibration, validation, calibration_held_out = data_lib.split_calibration(validation,
-                                                                                           num_calibration)
-            else:
-                raise ExportError("tflite-int8 is calibrated on a representative sample of your data: pass "
-                                  "calibration_data= or validation_data= (--data on the command line).")
-        validation = data_lib.sample(validation, num_validation)
-    except (FileNotFoundError, ValueError, TypeError) as error:
-        raise ExportError(str(error)) from error
-
-    calibration_text = ""
-    if calibration is not None:
-        calibration_text = f"; int8 calibration on {data_lib.describe(calibration)}" + (
-            ", kept out of validation" if calibration_held_out else
-            " (too few images to keep them out of validation)" if calibration_held_out is False else "")
-    say(f"{src.description}: {model.count_params():,} parameters, input {height}x{width}x{channels}, "
-        f"{len(src.labels)} classes; validating on {data_lib.describe(validation)} ({validation.source})"
-        f"{calibration_text}")
-    reference = serving.keras_probabilities(model, validation.images)
-    keras_row = {"accuracy": None if validation.labels is None else
-                 float(np.mean(reference.argmax(1) == validation.labels)),
-                 "latency_ms": _keras_latency(model, validation.images[:1], latency_runs),
-                 "size_bytes": _source_size(model_or_path)}
-    calibration_reference = None if calibration is None else serving.keras_probabilities(model, calibration.images)
-
-    # === Build and validate in a staging folder ===
-    os.makedirs(out, exist_ok=True)
-    version = _next_version(os.path.join(out, src.name)) if version is None else int(version)
-    staging = tempfile.mkdtemp(prefix=_STAGING_PREFIX, dir=out)
-    rows = []
-    try:
-        built = os.path.join(staging, "export")  # the new export, as `out` will hold it
-        scratch = os.path.join(staging, "scratch")
-        os.makedirs(scratch)
-        images_file = os.path.join(scratch, "images.npy")
-        np.save(images_file, validation.images)
-        for fmt in formats:
-            relative = _relative_path(fmt, src.name, version)
-            artifact = os.path.join(built, relative)
-            start = time.perf_counter()
-            say(f"{fmt}: converting")
-            try:
-                with _console.quiet_conversion():  # the converters' chatter, not their errors
-                    notes = _build(fmt, model, src.labels, artifact, scratch, top_k, calibration,
-                                   calibration_reference, limits[fmt])
-                say(f"{fmt}: validating in a fresh process")
-                row = _validate(fmt, artifact, images_file, reference, validation, src.labels, scratch,
-                                latency_runs, limits[fmt])
-                row["notes"] = notes
-            except Exception as error:  # noqa: BLE001 - any failure of one format is reported, not fatal
-                row = {"format": fmt, "passed": False, "failures": [f"{type(error).__name__}: {error}"],
-                       "thresholds": limits[fmt]}
-            if not row["passed"]:
-                _discard(artifact, built)
-            row["path"] = os.path.join(out, relative)
-            row["seconds"] = round(time.perf_counter() - start, 1)
-            say(f"{fmt}: {'ok' if row['passed'] else 'FAILED: ' + '; '.join(row['failures'])}")
-            rows.append(row)
-
-        # === Install: the new export replaces what `out` held, as a whole ===
-        passed = all(row["passed"] for row in rows)
-        install = passed or not replacing  # a failed export never replaces a previous one
-        for row in rows:
-            row["installed"] = install and row["passed"]
-        report = {
-            "model": {"name": src.name, "source": src.description, "parameters": int(model.count_params()),
-                      "input_shape": [height, width, channels], "num_classes": len(src.labels),
-                      "saved_model_version": version if "saved_model" in formats else None},
-            "validation": {"num_images": len(validation), "num_classes": data_lib.num_classes_in(validation),
-                           "source": validation.source, "labels": validation.labels is not None,
-                           "sampling": f"stratified across classes, seed {data_lib.SAMPLE_SEED}",
-                           "calibration_images": None if calibration is None else len(calibration),
-                           "calibration_classes": data_lib.num_classes_in(calibration),
-                           "calibration_held_out": calibration_held_out},
-            "keras": keras_row,
-            "artifacts": rows,
-            "skipped": skipped,
-            "passed": passed,
-            "out": out,
-            "report_path": os.path.join(out, REPORT_FILE) if install else None,
-        }
-        if install:
-            if any(row["passed"] for row in rows):
-                storage.write_text(os.path.join(built, LABELS_FILE), "\n".join(src.labels) + "\n")
-            storage.write_text(os.path.join(built, REPORT_FILE),
-                               json.dumps(report, indent=2, default=_json_default) + "\n")
-            _install(built, out, staging)
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
-
-    if verbose:
-        report_lib.print_table(report)
+    exporter = Exporter(formats, out, validation_data=validation_data, calibration_data=calibration_data,
+                        version=version, top_k=top_k, num_validation=num_validation,
+                        num_calibration=num_calibration, latency_runs=latency_runs, thresholds=thresholds,
+                        overwrite=overwrite, verbose=verbose)
+    report = exporter.run(model_or_path, labels=labels, name=name, weights=weights, image_size=image_size,
+                          num_classes=num_classes, num_channels=num_channels)
     if raise_on_failure and not report["passed"]:
         raise ExportFailed(report)
     return report
 
 
-def _checker(fmt):
-    from keras_vit.export import hf, onnx_model, saved_model, tflite
+@dataclasses.dataclass
+class _Data:
+    """The images an export is checked on, and Keras' answers on them."""
 
-    if fmt == "hf":
-        return hf.check
-    if fmt == "saved_model":
-        return saved_model.check
-    if fmt == "onnx":
-        return onnx_model.check
-    return lambda model: tflite.check(model, fmt)
-
-
-def _build(fmt, model, labels, path, scratch, top_k, calibration, calibration_reference, limits):
-    from keras_vit.export import hf, onnx_model, saved_model, tflite
-
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    if fmt == "hf":
-        return hf.write(model, labels, path)
-    if fmt == "saved_model":
-        saved_model.write(model, labels, path, top_k=top_k)
-        return {"signatures": list(saved_model.SIGNATURES), "top_k": min(top_k, len(labels))}
-    if fmt == "onnx":
-        onnx_model.write(model, path)
-        return {"opset": onnx_model.OPSET}
-    source = os.path.join(scratch, "tflite_source")
-    if not os.path.isdir(source):
-        tflite.write_source(model, source)
-    content, notes = tflite.convert(
-        source, fmt, calibration, calibration_reference,
-        max_accuracy_drop=limits.get("max_accuracy_drop") or 0.005,
-        min_agreement=limits.get("min_agreement") or 0.99)
-    storage.write_bytes(path, tflite.with_labels(content, labels))
-    notes["metadata"] = {tflite.LABELS_METADATA: "the class names, one per line"}
-    return notes
+    validation: Any
+    calibration: Any = None
+    held_out: Optional[bool] = None  # whether calibration images were kept out of validation
+    reference: Any = None  # Keras probabilities on the validation images
+    calibration_reference: Any = None
 
 
-def _validate(fmt, path, images_file, reference, validation, labels, scratch, latency_runs, limits):
-    from keras_vit.export import validate
+class Exporter:
+    """One export: choose the formats, load the data, build and validate each
+    format in a staging folder, then install (see `export`, which builds one)."""
 
-    return validate.validate(fmt, path, images_file, reference, validation.labels, labels, scratch,
-                             latency_runs=latency_runs, thresholds=limits)
+    def __init__(self, formats=None, out="exports", *, validation_data=None, calibration_data=None,
+                 version=None, top_k=5, num_validation=None, num_calibration=200, latency_runs=20,
+                 thresholds=None, overwrite=False, verbose=True):
+        self.by_default = formats is None
+        self.names = list(FORMATS) if self.by_default else parse_formats(formats)
+        self.out = os.fspath(out)
+        self.validation_data, self.calibration_data = validation_data, calibration_data
+        self.version, self.top_k = version, top_k
+        self.num_validation, self.num_calibration = num_validation, num_calibration
+        self.latency_runs, self.thresholds = latency_runs, thresholds
+        self.overwrite, self.verbose = overwrite, verbose
 
+    def say(self, message):
+        if self.verbose:
+            print(f"[export] {message}", flush=True)
 
-def _relative_path(fmt, name, version):
-    return os.path.join(name, str(version)) if fmt == "saved_model" else name + FILE_SUFFIXES[fmt]
+    def run(self, model_or_path, **source) -> Dict:
+        """Exports the model `source` describes (export()'s source arguments); returns the report."""
+        from keras_vit.export import report as report_lib
 
-
-def _next_version(model_dir):
-    if not os.path.isdir(model_dir):
-        return 1
-    versions = [int(d) for d in os.listdir(model_dir) if d.isdigit()]
-    return max(versions, default=0) + 1
-
-
-def _check_out(out, overwrite) -> bool:
-    """Refuses, before any work, an `out` that is (or lies under) a file, a
-    folder holding something that is not an export, and one holding an
-    export unless `overwrite`. Returns whether an export is being replaced."""
-    blocker = _file_on_the_way(out)
-    if blocker is not None:
-        where = "" if blocker == os.path.abspath(out) else f" ({blocker!r} is a file)"
-        raise ExportError(f"--out {out!r} is not a folder{where}: give a folder for the export (it is created if "
-                          f"missing).")
-    entries = sorted(os.listdir(out)) if os.path.isdir(out) else []
-    entries = [name for name in entries if not name.startswith(_STAGING_PREFIX)]  # an interrupted export's
-    if not entries:
-        return False
-    shown = ", ".join(entries[:4]) + (f" and {len(entries) - 4} more" if len(entries) > 4 else "")
-    if REPORT_FILE not in entries:
-        raise ExportError(f"--out {out!r} holds files that are not an export ({shown}): export into a new or "
-                          f"empty folder.")
-    if not overwrite:
-        raise ExportError(f"--out {out!r} already holds an export ({shown}): add --overwrite to replace it as a "
-                          f"whole, or choose another --out.")
-    return True
-
-
-def _file_on_the_way(path):
-    """`path`, or the nearest of its parents that exists, when that is not a folder; else None."""
-    path = os.path.abspath(path)
-    while not os.path.exists(path) and os.path.dirname(path) != path:
-        path = os.path.dirname(path)
-    return None if os.path.isdir(path) else path
-
-
-def _usable_formats(formats, model, by_default):
-    """(formats to build, {skipped format: why}). Each format's checker refuses
-    what it cannot write: a format asked for stops the export; a default one
-    whose packages are missing (ImportError, which says what to install) is
-    skipped, since the defaults are what this installation can write."""
-    usable, skipped = [], {}
-    for fmt in formats:
+        replacing = install_lib.check_out(self.out, self.overwrite)
+        src = self.resolve(model_or_path, **source)
+        formats, skipped = self.usable_formats(src.model)
+        data = self.load_data(src.model, formats)
+        self.announce(src, data)
+        keras_row = self.measure_keras(src.model, model_or_path, data)
+        version = self.saved_model_version(src.name)
+        staging = install_lib.make_staging(self.out)  # beside `out`: installing is a rename
         try:
-            _checker(fmt)(model)
-        except ImportError as error:
-            if not by_default:
-                raise ExportError(f"{fmt}: {error}") from error
-            skipped[fmt] = str(error)
-            continue
-        except ValueError as error:
-            raise ExportError(f"{fmt}: {error}") from error
-        usable.append(fmt)
-    if not usable:
-        raise ExportError(f"None of the default formats can be written here: {'; '.join(skipped.values())}")
-    return usable, skipped
+            built = os.path.join(staging, "export")  # the new export, as `out` will hold it
+            rows = self.build_all(formats, src, data, version, built, os.path.join(staging, "scratch"))
+            report = self.report(src, formats, data, version, keras_row, rows, skipped, replacing)
+            if report["report_path"] is not None:
+                self.install(report, src, built)
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
+        if self.verbose:
+            report_lib.print_table(report)
+        return report
+
+    # --- before any work: what to export, and to which formats ---------------------------------------
+
+    def resolve(self, model_or_path, **source):
+        from keras_vit.export import source as source_lib
+
+        try:
+            return source_lib.resolve(model_or_path, **source)
+        except (FileNotFoundError, ValueError) as error:
+            _as_export_error(error)
+
+    def usable_formats(self, model):
+        """([ExportFormat] to build, {skipped name: why}). Each format's check
+        refuses what it cannot write: a format asked for stops the export
+        (MissingExtra names the extra); a default one whose packages are
+        missing is skipped, since the defaults are what this installation can write."""
+        usable, skipped = [], {}
+        for name in self.names:
+            fmt = REGISTRY[name]
+            try:
+                fmt.check(model)
+            except MissingExtra as error:
+                if not self.by_default:
+                    raise
+                skipped[name] = str(error)
+                self.say(f"{name} skipped (a default format; its packages are not installed): {error}")
+                continue
+            except ValueError as error:
+                raise ExportError(f"{name}: {error}") from error
+            usable.append(fmt)
+        if not usable:
+            raise ExportError(f"None of the default formats can be written here: {'; '.join(skipped.values())}")
+        return usable, skipped
+
+    # --- data: validation and calibration images, and Keras' answers -------------------------------
+
+    def load_data(self, model, formats: List[ExportFormat]) -> _Data:
+        """Validation and calibration images, drawn across classes (seeded,
+        stratified), never "the first N files" (in a class-sorted folder, the first classes only)."""
+        from keras_vit.export import data as data_lib
+
+        size, channels = tuple(int(d) for d in model.inputs[0].shape[1:3]), int(model.inputs[0].shape[3])
+        try:
+            if self.validation_data is None:
+                data = _Data(data_lib.random_images(32, size, channels))
+            else:
+                data = _Data(data_lib.load(self.validation_data, size, channels))
+            if any(fmt.calibrated for fmt in formats):
+                self._calibration(data, size, channels)
+            data.validation = data_lib.sample(data.validation, self.num_validation)
+        except (FileNotFoundError, ValueError, TypeError) as error:
+            _as_export_error(error)
+        return data
+
+    def _calibration(self, data: _Data, size, channels) -> None:
+        from keras_vit.export import data as data_lib
+
+        if self.calibration_data is not None:
+            data.calibration = data_lib.sample(data_lib.load(self.calibration_data, size, channels),
+                                               self.num_calibration)
+        elif self.validation_data is not None:
+            # One source for both: calibrate on a sample across classes, validate on the others.
+            data.calibration, data.validation, data.held_out = data_lib.split_calibration(
+                data.validation, self.num_calibration)
+        else:
+            raise ExportError("tflite-int8 is calibrated on a representative sample of your data: pass "
+                              "calibration_data= or validation_data= (--data on the command line).")
+
+    def announce(self, src, data: _Data) -> None:
+        from keras_vit.export import data as data_lib
+
+        model = src.model
+        height, width, channels = (int(d) for d in model.inputs[0].shape[1:])
+        calibration = ""
+        if data.calibration is not None:
+            calibration = f"; int8 calibration on {data_lib.describe(data.calibration)}" + (
+                ", kept out of validation" if data.held_out else
+                " (too few images to keep them out of validation)" if data.held_out is False else "")
+        self.say(f"{src.description}: {model.count_params():,} parameters, input {height}x{width}x{channels}, "
+                 f"{len(src.labels)} classes; validating on {data_lib.describe(data.validation)} "
+                 f"({data.validation.source}){calibration}")
+
+    def measure_keras(self, model, model_or_path, data: _Data) -> Dict:
+        """Keras' probabilities (the reference of every artifact), accuracy, latency and file size."""
+        from keras_vit.export import serving
+
+        data.reference = serving.keras_probabilities(model, data.validation.images)
+        if data.calibration is not None:
+            data.calibration_reference = serving.keras_probabilities(model, data.calibration.images)
+        labels = data.validation.labels
+        return {"accuracy": None if labels is None else float(np.mean(data.reference.argmax(1) == labels)),
+                "latency_ms": _keras_latency(model, data.validation.images[:1], self.latency_runs),
+                "size_bytes": _source_size(model_or_path)}
+
+    def saved_model_version(self, name: str) -> int:
+        if self.version is not None:
+            return int(self.version)
+        return install_lib.next_version(os.path.join(self.out, name))
+
+    # --- build, validate, install --------------------------------------------------------------------
+
+    def build_all(self, formats, src, data: _Data, version: int, built: str, scratch: str) -> List[Dict]:
+        os.makedirs(built)
+        os.makedirs(scratch)
+        images_file = os.path.join(scratch, "images.npy")  # what every runner reads
+        np.save(images_file, data.validation.images)
+        return [self.build_one(fmt, src, data, version, built, scratch, images_file) for fmt in formats]
+
+    def install(self, report: Dict, src, built: str) -> None:
+        """Adds labels.txt and report.json to the export in `built`, and makes `out` hold exactly it."""
+        if any(row["passed"] for row in report["artifacts"]):
+            storage.write_text(os.path.join(built, LABELS_FILE), "\n".join(src.labels) + "\n")
+        storage.write_text(os.path.join(built, REPORT_FILE), json.dumps(report, indent=2, default=_json_default) + "\n")
+        install_lib.install(built, self.out)
+
+    def build_one(self, fmt: ExportFormat, src, data: _Data, version, built, scratch, images_file) -> Dict:
+        """One format's report row: built, then validated in a fresh process; any failure is its row's."""
+        from keras_vit.export import validate
+
+        relative = fmt.relative_path(src.name, version)
+        artifact, limits = os.path.join(built, relative), fmt.limits(self.thresholds)
+        start = time.perf_counter()
+        self.say(f"{fmt.name}: converting")
+        try:
+            os.makedirs(os.path.dirname(artifact), exist_ok=True)
+            job = Build(src.model, src.labels, artifact, scratch, self.top_k, data.calibration,
+                        data.calibration_reference, limits)
+            with _console.quiet_conversion():  # the converters' chatter, not their errors
+                notes = fmt.build(job)
+            self.say(f"{fmt.name}: validating in a fresh process")
+            row = validate.validate(fmt.name, artifact, images_file, data.reference, data.validation.labels,
+                                    src.labels, scratch, latency_runs=self.latency_runs, thresholds=limits)
+            row["notes"] = notes
+        except Exception as error:  # noqa: BLE001 - any failure of one format is reported, not fatal
+            row = {"format": fmt.name, "passed": False, "failures": [f"{type(error).__name__}: {error}"],
+                   "thresholds": limits}
+        if not row["passed"]:
+            install_lib.discard(artifact, built)
+        row["path"] = os.path.join(self.out, relative)
+        row["seconds"] = round(time.perf_counter() - start, 1)
+        self.say(f"{fmt.name}: {'ok' if row['passed'] else 'FAILED: ' + '; '.join(row['failures'])}")
+        return row
+
+    def report(self, src, formats, data: _Data, version, keras_row, rows, skipped, replacing) -> Dict:
+        """The report; `report_path` None when nothing is installed (a failed export replacing one)."""
+        from keras_vit.export import data as data_lib
+
+        passed = all(row["passed"] for row in rows)
+        install = passed or not replacing
+        for row in rows:
+            row["installed"] = install and row["passed"]
+        model, validation, calibration = src.model, data.validation, data.calibration
+        names = [fmt.name for fmt in formats]
+        return {
+            "model": {"name": src.name, "source": src.description, "parameters": int(model.count_params()),
+                      "input_shape": [int(d) for d in model.inputs[0].shape[1:]], "num_classes": len(src.labels),
+                      "saved_model_version": version if "saved_model" in names else None},
+            "validation": {"num_images": len(validation), "num_classes": data_lib.num_classes_in(validation),
+                           "source": validation.source, "labels": validation.labels is not None,
+                           "sampling": f"stratified across classes, seed {data_lib.SAMPLE_SEED}",
+                           "calibration_images": None if calibration is None else len(calibration),
+                           "calibration_classes": data_lib.num_classes_in(calibration),
+                           "calibration_held_out": data.held_out},
+            "keras": keras_row,
+            "artifacts": rows,
+            "skipped": skipped,
+            "passed": passed,
+            "out": self.out,
+            "report_path": os.path.join(self.out, REPORT_FILE) if install else None,
+        }
 
 
-def _install(built, out, staging):
-    """Makes `out` hold exactly the export in `built`: the entries of the
-    previous one are moved into `staging` (deleted with it), then the new
-    ones renamed into place; if a rename fails, everything goes back."""
-    trash = os.path.join(staging, "previous")
-    os.makedirs(trash)
-    old = [name for name in os.listdir(out) if os.path.join(out, name) != staging]
-    new = os.listdir(built)
-    moved_old, moved_new = [], []
-    try:
-        for name in old:
-            os.rename(os.path.join(out, name), os.path.join(trash, name))
-            moved_old.append(name)
-        for name in new:
-            os.rename(os.path.join(built, name), os.path.join(out, name))
-            moved_new.append(name)
-    except OSError:
-        for name in moved_new:
-            os.rename(os.path.join(out, name), os.path.join(built, name))
-        for name in moved_old:
-            os.rename(os.path.join(trash, name), os.path.join(out, name))
-        raise
-
-
-def _discard(path, root):
-    """Removes a failed artifact (a file or a folder), whatever was written of
-    it, and the folders under `root` it leaves empty (a SavedModel's `<name>/`)."""
-    if os.path.isdir(path):
-        shutil.rmtree(path)
-    elif os.path.lexists(path):
-        os.remove(path)
-    parent = os.path.dirname(path)
-    while parent != root and os.path.isdir(parent) and not os.listdir(parent):
-        os.rmdir(parent)
-        parent = os.path.dirname(parent)
+def _as_export_error(error):
+    """Raises `error` as an ExportError (bad input to the export), unless it
+    already is one or names a missing extra (kept, so its one line says which)."""
+    if isinstance(error, (ExportError, MissingExtra)):
+        raise error
+    raise ExportError(str(error)) from error
 
 
 def _keras_latency(model, image, runs):

@@ -4,19 +4,12 @@ from __future__ import annotations
 
 from typing import Dict, List
 
-# Per format: max_abs_diff on probabilities, min top-1 agreement with Keras,
-# max top-1 accuracy drop (fraction) where labels exist. None: not checked.
-THRESHOLDS: Dict[str, Dict[str, float]] = {
-    "saved_model": {"max_abs_diff": 1e-4, "min_agreement": None, "max_accuracy_drop": None},
-    "tflite": {"max_abs_diff": 1e-4, "min_agreement": None, "max_accuracy_drop": None},
-    "onnx": {"max_abs_diff": 1e-4, "min_agreement": None, "max_accuracy_drop": None},
-    "hf": {"max_abs_diff": 1e-4, "min_agreement": None, "max_accuracy_drop": None},
-    # float16 weights: ~3 significant digits.
-    "tflite-fp16": {"max_abs_diff": 1e-2, "min_agreement": 0.99, "max_accuracy_drop": 0.005},
-    # int8 weights, activations quantised on the fly per call.
-    "tflite-dynamic": {"max_abs_diff": None, "min_agreement": 0.98, "max_accuracy_drop": 0.01},
-    "tflite-int8": {"max_abs_diff": None, "min_agreement": 0.99, "max_accuracy_drop": 0.005},
-}
+from keras_vit.export.registry import REGISTRY
+
+# Per format (declared with it, keras_vit.export.format.ExportFormat.thresholds):
+# max_abs_diff on probabilities, min top-1 agreement with Keras, max top-1
+# accuracy drop (fraction) where labels exist. None: not checked.
+THRESHOLDS: Dict[str, Dict[str, float]] = {name: dict(fmt.thresholds) for name, fmt in REGISTRY.items()}
 
 
 def failures(row: Dict, thresholds: Dict[str, float]) -> List[str]:
@@ -70,4 +63,5 @@ def format_table(report: Dict) -> str:
 
 
 def print_table(report: Dict) -> None:
+    """Prints the report `export` returned as the table `keras-vit export` shows."""
     print(format_table(report))

@@ -38,6 +38,7 @@ def run_saved_model(path, images, runs):
     encoded = [tf.io.encode_png(tf.constant(image.round().clip(0, 255).astype(np.uint8))) for image in images]
     by_bytes = loaded.signatures["serving_bytes"](image_bytes=tf.stack(encoded))
     result.update({f"bytes_{name}": value.numpy() for name, value in by_bytes.items()})
+    result["signatures"] = np.array(["", "bytes_"])  # the output prefix of each signature run
     latency = _median_latency_ms(lambda x: serve(images=tf.constant(x)), images[:1], runs)
     return result, latency
 
@@ -76,17 +77,20 @@ def run_onnx(path, images, runs):
 
 
 def run_hf(path, images, runs):
-    # What a transformers user runs: their processor's (x / 255 - 0.5) / 0.5, i.e. [-1, 1], then softmax.
+    # What a transformers user runs: their processor's (x / 255 - 0.5) / 0.5, i.e. [-1, 1], then softmax,
+    # or sigmoid where config.json says the head is multi-label (HF's problem_type, as its pipelines read it).
     import torch
     import transformers
 
     torch.set_num_threads(1)
     model = transformers.ViTForImageClassification.from_pretrained(path).eval()
+    multi_label = model.config.problem_type == "multi_label_classification"
 
     def predict_one(batch):
         pixels = torch.from_numpy(np.ascontiguousarray((batch / 127.5 - 1.0).transpose(0, 3, 1, 2)))
         with torch.no_grad():
-            return torch.softmax(model(pixel_values=pixels).logits, dim=-1).numpy()
+            logits = model(pixel_values=pixels).logits
+            return (torch.sigmoid(logits) if multi_label else torch.softmax(logits, dim=-1)).numpy()
 
     return {"probabilities": predict_one(images)}, _median_latency_ms(predict_one, images[:1], runs)
 

@@ -17,11 +17,9 @@ import os
 import shutil
 import tempfile
 
-import keras
-import tensorflow as tf
+import numpy as np
 
-from keras_vit import images as images_lib
-from keras_vit.export import serving
+from keras_vit.export.format import Build, ExportFormat
 
 SIGNATURES = ("serving_default", "serving_bytes")
 DECODABLE_CHANNELS = (1, 3, 4)  # what tf.io.decode_image can produce
@@ -36,6 +34,12 @@ def check(model):
 
 def write(model, labels, path, top_k=5):
     """Writes the SavedModel directory `path` (which must not exist)."""
+    import keras
+    import tensorflow as tf
+
+    from keras_vit import images as images_lib
+    from keras_vit.export import serving
+
     check(model)
     _, height, width, channels = (int(d) if d is not None else None for d in model.inputs[0].shape)
     k = min(int(top_k), len(labels))
@@ -86,3 +90,29 @@ def write(model, labels, path, top_k=5):
         archive.write_out(path, verbose=False)
     finally:
         shutil.rmtree(labels_dir)
+
+
+def _build(job: Build):
+    write(job.model, job.labels, job.path, top_k=job.top_k)
+    return {"signatures": list(SIGNATURES), "top_k": min(job.top_k, len(job.labels))}
+
+
+def _labels_served(outputs, class_names):
+    """Both signatures' top_k_labels must be the labels asset's names of top_k_ids."""
+    problems = []
+    for prefix in ("", "bytes_"):
+        expected = np.asarray(class_names)[outputs[prefix + "top_k_ids"]]
+        if not np.array_equal(outputs[prefix + "top_k_labels"], expected):
+            problems.append(f"{prefix or 'serving_default '}top_k_labels do not match the labels asset")
+    return problems
+
+
+EXPORT_FORMATS = (ExportFormat(
+    name="saved_model",
+    description="SavedModel for TF Serving: pixels or encoded images in, probabilities and top-k labels out",
+    layout="{name}/{version}",  # TF Serving serves the highest version under <out>/<name>/
+    runtime="saved_model",
+    build=_build,
+    check=check,
+    check_outputs=_labels_served,
+),)

@@ -9,30 +9,19 @@ concrete function with the Keras model as its trackable silently produces a
 broken model). Only TFLITE_BUILTINS are allowed: a Flex (SELECT_TF_OPS) or
 custom op fails the export, since most runtimes on phones do not carry them.
 
-Full-integer int8 is calibrated once, then quantised under growing
-denylists until it agrees with Keras on the calibration images:
-  1. everything int8;
-  2. softmax and the LayerNorm statistics (MEAN, SQUARED_DIFFERENCE, RSQRT)
-     kept in float, the usual casualties in a Transformer;
-  3. in addition the tensors the QuantizationDebugger finds worst (largest
-     RMSE / quantisation scale), in growing shares;
-  4. only the matmuls and convolutions int8 (nearly all weights and FLOPs),
-     then only the dense layers.
-The first plan within the accuracy budget wins; if none does, the best one
-goes on to validation, which fails it.
+Full-integer int8 (calibrated, with its search for what stays float) is
+keras_vit.export.tflite_int8; this module declares the other three formats.
 """
 
 from __future__ import annotations
 
-import csv
-import io
 from typing import Dict, List, Optional
 
-import keras
 import numpy as np
-import tensorflow as tf
 
-from keras_vit.export import serving
+from keras_vit import storage
+from keras_vit.errors import require
+from keras_vit.export.format import EXACT, Build, ExportFormat
 
 KINDS = {
     "tflite": "float32",
@@ -40,14 +29,11 @@ KINDS = {
     "tflite-dynamic": "dynamic-range int8 (int8 weights, float activations)",
     "tflite-int8": "int8 weights and activations, calibrated",
 }
+BYTES_PER_PARAMETER = {"tflite": 4, "tflite-fp16": 2, "tflite-dynamic": 1, "tflite-int8": 1}
 FLATBUFFER_LIMIT = 2 * 1024**3  # TFLite models are single flatbuffers (< 2 GiB).
 LABELS_METADATA = "labels"  # the metadata entry holding the class names, one per line
-SENSITIVE_OPS = ["SOFTMAX", "MEAN", "SQUARED_DIFFERENCE", "RSQRT"]
-DEBUGGER_SHARES = (0.05, 0.1, 0.2, 0.4, 0.6)
-# Element-wise and data-movement ops: kept in float when only the matmuls
-# (nearly all weights and FLOPs) are worth quantising.
-FLOAT_EXCEPT_MATMULS = ["ADD", "SUB", "MUL", "NEG", "GELU", "TANH", "POW", "LOGISTIC", "CONCATENATION",
-                        "RESHAPE", "TRANSPOSE", "STRIDED_SLICE", "GATHER", "PAD"] + SENSITIVE_OPS
+SOURCE_DIR = "tflite_source"  # in the shared scratch folder: one converter source for every kind
+FOREIGN_OPS = ("CUSTOM", "DELEGATE")  # besides Flex*: ops a phone's builtin-only runtime lacks
 
 
 class UnsupportedOpsError(RuntimeError):
@@ -57,7 +43,8 @@ class UnsupportedOpsError(RuntimeError):
 def check(model, kind):
     if kind not in KINDS:
         raise ValueError(f"Unknown TFLite kind {kind!r}; known: {', '.join(KINDS)}.")
-    bytes_needed = model.count_params() * (2 if kind == "tflite-fp16" else 4 if kind == "tflite" else 1)
+    require("ai_edge_litert", "tflite", "TFLite export (validated with the LiteRT interpreter)")
+    bytes_needed = model.count_params() * BYTES_PER_PARAMETER[kind]
     if bytes_needed >= FLATBUFFER_LIMIT:
         raise ValueError(f"{model.name} has {model.count_params():,} parameters: as {kind} that is "
                          f"{bytes_needed / 2**30:.1f} GiB, over the 2 GiB a TFLite flatbuffer can hold.")
@@ -65,6 +52,11 @@ def check(model, kind):
 
 def write_source(model, path):
     """The SavedModel the converter reads: batch 1, pixels in, probabilities out."""
+    import keras
+    import tensorflow as tf
+
+    from keras_vit.export import serving
+
     _, height, width, channels = model.inputs[0].shape
     archive = keras.export.ExportArchive()
     archive.track(model)
@@ -80,8 +72,11 @@ def convert(source_dir, kind, calibration=None, reference=None, max_accuracy_dro
     """Converts the SavedModel `source_dir`; returns the flatbuffer and notes for the report.
 
     For "tflite-int8", `calibration` (Images) drives calibration and
-    `reference` (Keras probabilities on those images) the choice of denylist.
+    `reference` (Keras probabilities on those images) the choice of denylist
+    (keras_vit.export.tflite_int8).
     """
+    import tensorflow as tf
+
     converter = _converter(source_dir)
     notes = {"quantization": KINDS[kind]}
     if kind == "tflite-fp16":
@@ -90,12 +85,30 @@ def convert(source_dir, kind, calibration=None, reference=None, max_accuracy_dro
     elif kind == "tflite-dynamic":
         converter.optimizations = [tf.lite.Optimize.DEFAULT]
     if kind == "tflite-int8":
-        content, int8_notes = _int8(converter, calibration, reference, max_accuracy_drop, min_agreement)
+        from keras_vit.export import tflite_int8
+
+        content, int8_notes = tflite_int8.quantize(converter, calibration, reference, max_accuracy_drop,
+                                                   min_agreement)
         notes.update(int8_notes)
     else:
         content = converter.convert()
     notes["ops"] = builtin_ops(content)
     return content, notes
+
+
+def build(job: Build, kind: str) -> Dict:
+    """Writes the `kind` flatbuffer to job.path, the class names in its metadata."""
+    import os
+
+    source = os.path.join(job.scratch, SOURCE_DIR)
+    if not os.path.isdir(source):  # the kinds of one export share it
+        write_source(job.model, source)
+    content, notes = convert(source, kind, job.calibration, job.calibration_reference,
+                             max_accuracy_drop=job.thresholds.get("max_accuracy_drop") or 0.005,
+                             min_agreement=job.thresholds.get("min_agreement") or 0.99)
+    storage.write_bytes(job.path, with_labels(content, job.labels))
+    notes["metadata"] = {LABELS_METADATA: "the class names, one per line"}
+    return notes
 
 
 def with_labels(content: bytes, labels) -> bytes:
@@ -129,25 +142,52 @@ def read_labels(content: bytes) -> Optional[List[str]]:
 
 
 def _converter(source_dir):
+    import tensorflow as tf
+
     converter = tf.lite.TFLiteConverter.from_saved_model(source_dir)
     converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS]
     return converter
 
 
-def builtin_ops(content: bytes) -> List[str]:
-    """The model's op names; raises UnsupportedOpsError on Flex or custom ops."""
-    from ai_edge_litert.interpreter import Interpreter
+def op_names(content: bytes) -> List[str]:
+    """The operators a .tflite flatbuffer uses, read from its operator codes
+    (the schema, not the interpreter's private op listing): builtin names such
+    as "FULLY_CONNECTED", and a custom op's own name ("FlexErf" for Flex)."""
+    from tensorflow.lite.python import schema_py_generated as schema
+    from tensorflow.lite.tools import flatbuffer_utils
 
-    try:
-        interpreter = Interpreter(model_content=content)
-    except (RuntimeError, ValueError) as error:
-        raise UnsupportedOpsError(f"The TFLite model does not load with builtin ops only: {error}") from error
-    names = sorted({op["op_name"] for op in interpreter._get_ops_details()})
-    foreign = [n for n in names if n.startswith("Flex") or n in ("CUSTOM", "DELEGATE")]
+    builtin = {code: name for name, code in vars(schema.BuiltinOperator).items() if name.isupper()}
+    model = flatbuffer_utils.convert_bytearray_to_object(bytearray(content))
+    names = set()
+    for code in model.operatorCodes or []:
+        # Codes above 127 live in builtinCode only; older files in deprecatedBuiltinCode (the schema's rule).
+        number = max(code.builtinCode, code.deprecatedBuiltinCode)
+        name = builtin.get(number, f"BUILTIN_{number}")
+        names.add(code.customCode.decode() if name == "CUSTOM" and code.customCode else name)
+    return sorted(names)
+
+
+def builtin_ops(content: bytes) -> List[str]:
+    """The model's op names; raises UnsupportedOpsError on Flex or custom ops,
+    or when the LiteRT interpreter cannot load it."""
+    names = op_names(content)
+    foreign = [n for n in names if n not in _builtin_names() or n in FOREIGN_OPS]
     if foreign:
         raise UnsupportedOpsError(f"The TFLite model needs non-builtin ops {foreign} (Flex/SELECT_TF_OPS or "
                                   f"custom): a phone's TFLite runtime would refuse it.")
+    from ai_edge_litert.interpreter import Interpreter
+
+    try:
+        Interpreter(model_content=content)
+    except (RuntimeError, ValueError) as error:
+        raise UnsupportedOpsError(f"The TFLite model does not load with builtin ops only: {error}") from error
     return names
+
+
+def _builtin_names():
+    from tensorflow.lite.python import schema_py_generated as schema
+
+    return {name for name in vars(schema.BuiltinOperator) if name.isupper()}
 
 
 def predict(content: bytes, images: np.ndarray) -> np.ndarray:
@@ -166,72 +206,18 @@ def predict(content: bytes, images: np.ndarray) -> np.ndarray:
     return np.stack(outputs)
 
 
-def _int8(converter, calibration, reference, max_accuracy_drop, min_agreement):
-    if calibration is None or len(calibration) == 0:
-        raise ValueError("tflite-int8 needs calibration images (a representative sample of your data): "
-                         "pass calibration_data= / validation_data= (or --data on the command line).")
-    images = calibration.images.astype(np.float32)
-
-    def representative():
-        for image in images:
-            yield [image[None]]
-
-    converter.optimizations = [tf.lite.Optimize.DEFAULT]
-    converter.representative_dataset = representative
-    debugger = tf.lite.experimental.QuantizationDebugger(converter=converter, debug_dataset=representative)
-
-    def score(denylisted_ops, denylisted_nodes):
-        debugger.options = tf.lite.experimental.QuantizationDebugOptions(
-            denylisted_ops=list(denylisted_ops), denylisted_nodes=list(denylisted_nodes))
-        content = debugger.get_nondebug_quantized_model()
-        probs = predict(content, images)
-        result = {"denylisted_ops": list(denylisted_ops), "denylisted_nodes": len(denylisted_nodes),
-                  "calibration_agreement": float(np.mean(probs.argmax(1) == reference.argmax(1)))}
-        ok = result["calibration_agreement"] >= min_agreement
-        if calibration.labels is not None:
-            drop = float(np.mean(reference.argmax(1) == calibration.labels) - np.mean(probs.argmax(1) == calibration.labels))
-            result["calibration_accuracy_drop"] = drop
-            ok = ok and drop <= max_accuracy_drop
-        return ok, content, result
-
-    tried, best, worst = [], None, None
-    for plan, ops, share in _plans():
-        nodes = []
-        if share:
-            if worst is None:
-                worst = _worst_tensors(debugger)
-            nodes = worst[:max(1, int(round(share * len(worst))))]
-        ok, content, result = score(ops, nodes)
-        result["plan"] = plan
-        tried.append(result)
-        if ok:
-            return content, {"plan": plan, "calibrated_on": len(images), "tried": tried}
-        if best is None or result["calibration_agreement"] > best[0]:
-            best = (result["calibration_agreement"], content, plan)
-    # Nothing met the budget on calibration data: ship the best for validation to judge.
-    return best[1], {"plan": f"best effort: {best[2]} (no plan met the budget on calibration images)",
-                     "calibrated_on": len(images), "tried": tried}
+def _format(kind, layout, description, thresholds):
+    return ExportFormat(name=kind, description=description, layout=layout, runtime="tflite",
+                        build=lambda job: build(job, kind), check=lambda model: check(model, kind),
+                        thresholds=thresholds, extra="tflite")
 
 
-def _plans():
-    """(description, denylisted op types, share of debugger-ranked tensors), least float first."""
-    yield "all int8", [], 0
-    yield "float softmax/LayerNorm statistics", SENSITIVE_OPS, 0
-    for share in DEBUGGER_SHARES:
-        yield f"float softmax/LayerNorm statistics + worst {share:.0%} tensors (debugger)", SENSITIVE_OPS, share
-    yield "int8 matmuls and convolutions only", FLOAT_EXCEPT_MATMULS, 0
-    yield "int8 dense layers only", FLOAT_EXCEPT_MATMULS + ["BATCH_MATMUL", "CONV_2D"], 0
-
-
-def _worst_tensors(debugger) -> List[str]:
-    debugger.options = tf.lite.experimental.QuantizationDebugOptions()
-    debugger.run()
-    dump = io.StringIO()
-    debugger.layer_statistics_dump(dump)
-    rows = list(csv.DictReader(io.StringIO(dump.getvalue())))
-
-    def error(row):
-        scale = float(row["scale"]) or 1.0
-        return np.sqrt(float(row["mean_squared_error"])) / scale
-
-    return [row["tensor_name"] for row in sorted(rows, key=error, reverse=True)]
+EXPORT_FORMATS = (
+    _format("tflite", "{name}.tflite", "TFLite float32, builtin ops only, run by LiteRT", EXACT),
+    # float16 weights: ~3 significant digits.
+    _format("tflite-fp16", "{name}.fp16.tflite", "TFLite with float16 weights",
+            {"max_abs_diff": 1e-2, "min_agreement": 0.99, "max_accuracy_drop": 0.005}),
+    # int8 weights, activations quantised on the fly per call.
+    _format("tflite-dynamic", "{name}.dynamic-int8.tflite", "TFLite dynamic-range int8 (int8 weights)",
+            {"max_abs_diff": None, "min_agreement": 0.98, "max_accuracy_drop": 0.01}),
+)

@@ -11,12 +11,15 @@ import numpy as np
 
 from keras_vit import _console
 from keras_vit.export import report as report_lib
+from keras_vit.export.registry import REGISTRY
 
 RUNNER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "runner.py")
+PROBABILITIES = "probabilities"  # the runner's output, and the suffix of every other signature's
 
 
 def runtime_of(fmt: str) -> str:
-    return "tflite" if fmt.startswith("tflite") else fmt
+    """The runner that loads `fmt`'s artifacts (ExportFormat.runtime)."""
+    return REGISTRY[fmt].runtime
 
 
 def size_bytes(path: str) -> int:
@@ -48,29 +51,35 @@ def validate(fmt: str, artifact: str, images_file: str, reference: np.ndarray, l
              thresholds: Optional[Dict] = None) -> Dict:
     """A report row for `artifact`: size, max abs diff and top-1 agreement with
     `reference` (Keras probabilities), accuracy where `labels` exist, latency,
-    and the thresholds it fails (`passed` False if any)."""
-    thresholds = report_lib.THRESHOLDS[fmt] if thresholds is None else thresholds
+    and the thresholds it fails (`passed` False if any). Every signature the
+    runner reports (`<prefix>probabilities`) is compared; the row holds the worst."""
+    thresholds = REGISTRY[fmt].thresholds if thresholds is None else thresholds
     row = {"format": fmt, "size_bytes": size_bytes(artifact), "thresholds": thresholds}
     outputs = run_fresh(fmt, artifact, images_file, os.path.join(scratch, f"{fmt}-outputs.npz"), latency_runs)
-    probs = outputs["probabilities"]
-    if probs.shape != reference.shape:
-        raise RuntimeError(f"the {fmt} artifact returned shape {probs.shape}, Keras {reference.shape}")
-    row.update(_compare(probs, reference, labels))
+    row.update(_compare(_probabilities(outputs, "", fmt, reference), reference, labels))
     row["latency_ms"] = float(outputs["latency_ms"])
-    problems = []
-    if fmt == "saved_model":
-        # The encoded-bytes signature saw the same pixels as PNG.
-        by_bytes = _compare(outputs["bytes_probabilities"], reference, labels)
-        row["bytes_signature"] = by_bytes
-        row["max_abs_diff"] = max(row["max_abs_diff"], by_bytes["max_abs_diff"])
-        row["top1_agreement"] = min(row["top1_agreement"], by_bytes["top1_agreement"])
-        for prefix in ("", "bytes_"):
-            expected = np.asarray(class_names)[outputs[prefix + "top_k_ids"]]
-            if not np.array_equal(outputs[prefix + "top_k_labels"], expected):
-                problems.append(f"{prefix or 'serving_default '}top_k_labels do not match the labels asset")
+    for prefix in _other_signatures(outputs):  # e.g. the SavedModel's encoded-bytes signature
+        other = _compare(_probabilities(outputs, prefix, fmt, reference), reference, labels)
+        row[f"{prefix}signature"] = other
+        row["max_abs_diff"] = max(row["max_abs_diff"], other["max_abs_diff"])
+        row["top1_agreement"] = min(row["top1_agreement"], other["top1_agreement"])
+    check_outputs = REGISTRY[fmt].check_outputs
+    problems = check_outputs(outputs, class_names) if check_outputs else []
     row["failures"] = problems + report_lib.failures(row, thresholds)
     row["passed"] = not row["failures"]
     return row
+
+
+def _other_signatures(outputs) -> List[str]:
+    """The output prefixes of the artifact's other signatures, as the runner lists them ("bytes_")."""
+    return [str(prefix) for prefix in outputs.get("signatures", []) if prefix]
+
+
+def _probabilities(outputs, prefix, fmt, reference):
+    probs = outputs[prefix + PROBABILITIES]
+    if probs.shape != reference.shape:
+        raise RuntimeError(f"the {fmt} artifact returned shape {probs.shape}, Keras {reference.shape}")
+    return probs
 
 
 def _compare(probs, reference, labels) -> Dict:

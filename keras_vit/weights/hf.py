@@ -213,6 +213,8 @@ def hf_config(model, labels: Optional[List[str]] = None) -> dict:
         names = list(labels) if labels is not None else [f"LABEL_{i}" for i in range(model.num_classes)]
         out["id2label"] = {str(i): str(name) for i, name in enumerate(names)}
         out["label2id"] = {str(name): i for i, name in enumerate(names)}
+        if getattr(model, "output_activation", None) == "sigmoid":  # multi-label: HF's pipelines then use sigmoid
+            out["problem_type"] = "multi_label_classification"
     return out
 
 
