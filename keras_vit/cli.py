@@ -1,15 +1,18 @@
 """The `keras-vit` command line: one subcommand per job, each defined next to
 the code it drives (a module with `add_arguments(parser)` and `run(args)`).
 
-Errors are one line, `keras-vit CMD: error: ...`, naming the problem and the
-fix: exit status 2 for bad input (flags, names, paths, data), 1 for a failure
-while working, 130 for Ctrl-C. `--debug` adds the traceback; `--verbose`
-lets TensorFlow's start-up messages through.
+Known failures are one line, `keras-vit CMD: error: ...`, naming the problem
+and the fix: exit status 2 for bad input (`keras_vit.errors.UserError`: flags,
+names, paths, data; a missing optional dependency), 1 for a stop that is not
+a bug (`CannotContinue`: out of memory, a failed export check; `OSError`: the
+disk, permissions, a missing file), 130 for Ctrl-C. Anything else is a bug of
+ours: its traceback is printed with a line asking for a report, exit 1.
+`--debug` adds the traceback to the one-line kinds too; `--verbose` lets
+TensorFlow's start-up messages through.
 """
 
 from __future__ import annotations
 
-import argparse
 import importlib
 import os
 import re
@@ -17,6 +20,8 @@ import sys
 import traceback
 
 from keras_vit import _console
+from keras_vit._flags import Parser, UsageError, non_negative_int, positive_int  # noqa: F401 - re-exported
+from keras_vit.errors import CannotContinue, UserError
 
 # subcommand -> (module, one-line help). Modules are imported only when used,
 # and define their flags without importing Keras or TensorFlow, so that every
@@ -32,40 +37,10 @@ COMMANDS = {
 }
 
 
-class UsageError(ValueError):
-    """Bad command-line input (exit status 2)."""
+# Re-exported: subcommand modules import them from keras_vit._flags (below them
+# in the layering); older code imported them from here.
+_Parser = Parser
 
-
-class _Parser(argparse.ArgumentParser):
-    """argparse whose errors are one line (no usage block): `keras-vit CMD: error: ...`."""
-
-    def error(self, message):
-        raise UsageError(f"{message} (see {self.prog} --help)")
-
-
-def positive_int(text):
-    value = _int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text}")
-    return value
-
-
-def non_negative_int(text):
-    value = _int(text)
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be 0 or more, got {text}")
-    return value
-
-
-def _int(text):
-    try:
-        return int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
-
-
-# Exceptions that mean "the input is wrong" (exit 2): a bad value, name, path or file.
-_BAD_INPUT = (ValueError, KeyError, FileNotFoundError, NotADirectoryError, IsADirectoryError, ImportError)
 
 # TensorFlow and XLA write these to stderr from C++ while loading, before any
 # log level applies; they are noise to someone who asked for a prediction.
@@ -93,7 +68,7 @@ def _main(argv=None):
     # TensorFlow's C++ logging (CUDA probes, oneDNN notices) hides the output
     # users came for; --verbose (or TF_CPP_MIN_LOG_LEVEL) brings it back.
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "0" if verbose else "3")
-    parser = _Parser(prog="keras-vit", description=DESCRIPTION,
+    parser = Parser(prog="keras-vit", description=DESCRIPTION,
                      epilog="Global flags (any position): --debug (tracebacks), --verbose (TensorFlow's logs).")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name, (_, help_text) in COMMANDS.items():
@@ -108,7 +83,7 @@ def _main(argv=None):
         return 2
     try:
         module = importlib.import_module(COMMANDS[name][0])
-        sub = _Parser(prog=f"keras-vit {name}", description=COMMANDS[name][1],
+        sub = Parser(prog=f"keras-vit {name}", description=COMMANDS[name][1],
                       epilog="Global flags: --debug (tracebacks), --verbose (TensorFlow's logs).")
         module.add_arguments(sub)
         args = sub.parse_args(argv[1:])
@@ -118,24 +93,28 @@ def _main(argv=None):
     except KeyboardInterrupt:
         print(f"keras-vit {name}: interrupted (Ctrl-C).", file=sys.stderr)
         return 130
-    except Exception as error:  # noqa: BLE001 - the one place that turns errors into one line
+    except _KNOWN as error:  # the input, or the world outside our code: one line
         if debug:
             traceback.print_exc()
-        print(f"keras-vit {name}: error: {describe(error, debug)}", file=sys.stderr)
-        return 2 if isinstance(error, _BAD_INPUT) else 1
+        print(f"keras-vit {name}: error: {describe(error)}", file=sys.stderr)
+        return 2 if isinstance(error, UserError) else 1
+    except Exception as error:  # noqa: BLE001 - anything else is a bug of ours: show it whole
+        traceback.print_exc()
+        print(f"keras-vit {name}: internal error: {type(error).__name__}: {describe(error).rstrip('.')}. This is a bug in "
+              f"keras_vit: please report it with the traceback above.", file=sys.stderr)
+        return 1
 
 
-def describe(error, debug=False) -> str:
-    """An exception as one line; an unexpected kind names itself and --debug."""
+# Failures that are not bugs: bad input (exit 2), and stops outside our code (exit 1).
+_KNOWN = (UserError, CannotContinue, OSError)
+
+
+def describe(error) -> str:
+    """An exception's message as one line (lists folded into "; ")."""
     text = str(error) or type(error).__name__
     text = re.sub(r":\s*\n\s*-\s*", ": ", text)
     text = re.sub(r"\s*\n\s*-\s*", "; ", text)
-    text = " ".join(text.split())
-    if isinstance(error, KeyError):
-        text = f"unknown name {text}"
-    if not isinstance(error, (_BAD_INPUT, OSError, RuntimeError)):
-        text = f"{type(error).__name__}: {text}" + ("" if debug else " (re-run with --debug for the traceback)")
-    return text
+    return " ".join(text.split())
 
 
 def _take_flag(argv, flag):

@@ -9,6 +9,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Optional, Tuple
 
+from keras_vit.errors import UserError
+
 CLASSIFIERS = ("token", "gap")
 # How patch positions reach the encoder (the paper's Appendix D.4, plus the
 # fixed sin-cos table of MAE / big_vision). Only "learned_1d" fits the
@@ -35,15 +37,16 @@ class ResNetConfig:
     def __post_init__(self):
         object.__setattr__(self, "num_layers", tuple(int(n) for n in self.num_layers))
         if any(n < 1 for n in self.num_layers):
-            raise ValueError(
+            raise UserError(
                 f"ResNetConfig.num_layers must be a tuple of positive unit counts "
                 f"(() for the root block alone), got {self.num_layers!r}."
             )
         if self.width_factor < 1:
-            raise ValueError(f"ResNetConfig.width_factor must be >= 1, got {self.width_factor}.")
+            raise UserError(f"ResNetConfig.width_factor must be >= 1, got {self.width_factor}.")
 
     @property
     def width(self) -> int:
+        """Channels of the root block: 64 times width_factor (BiT's R50x1 = 64)."""
         return 64 * self.width_factor
 
     @property
@@ -109,30 +112,30 @@ class ViTConfig:
         if isinstance(self.resnet, dict):
             object.__setattr__(self, "resnet", ResNetConfig(**self.resnet))
         if self.classifier not in CLASSIFIERS:
-            raise ValueError(
+            raise UserError(
                 f"classifier must be one of {CLASSIFIERS}, got {self.classifier!r}."
             )
         for field in ("patch_size", "hidden_size", "mlp_dim", "num_heads", "num_layers"):
             if int(getattr(self, field)) < 1:
-                raise ValueError(f"ViTConfig.{field} must be a positive integer, got {getattr(self, field)!r}.")
+                raise UserError(f"ViTConfig.{field} must be a positive integer, got {getattr(self, field)!r}.")
         if self.hidden_size % self.num_heads:
-            raise ValueError(
+            raise UserError(
                 f"hidden_size ({self.hidden_size}) must be divisible by num_heads "
                 f"({self.num_heads})."
             )
         for field in ("dropout_rate", "attention_dropout_rate", "stochastic_depth_rate"):
             if not 0.0 <= getattr(self, field) < 1.0:
-                raise ValueError(f"ViTConfig.{field} must be in [0, 1), got {getattr(self, field)!r}.")
+                raise UserError(f"ViTConfig.{field} must be in [0, 1), got {getattr(self, field)!r}.")
         if not 0.0 < float(self.layer_norm_epsilon) < 1.0:
-            raise ValueError(f"ViTConfig.layer_norm_epsilon must be in (0, 1), got {self.layer_norm_epsilon!r}.")
+            raise UserError(f"ViTConfig.layer_norm_epsilon must be in (0, 1), got {self.layer_norm_epsilon!r}.")
         if self.position_embedding not in POSITION_EMBEDDINGS:
-            raise ValueError(f"ViTConfig.position_embedding must be one of {POSITION_EMBEDDINGS}, got "
-                             f"{self.position_embedding!r}.")
+            raise UserError(f"ViTConfig.position_embedding must be one of {POSITION_EMBEDDINGS}, got "
+                            f"{self.position_embedding!r}.")
         # Both 2-D tables split the width in halves (column, row); sin-cos splits each half again.
         divisor = {"learned_2d": 2, "sincos_2d": 4}.get(self.position_embedding, 1)
         if self.hidden_size % divisor:
-            raise ValueError(f"position_embedding={self.position_embedding!r} needs hidden_size divisible by "
-                             f"{divisor}, got {self.hidden_size}: change hidden_size or the position embedding.")
+            raise UserError(f"position_embedding={self.position_embedding!r} needs hidden_size divisible by "
+                            f"{divisor}, got {self.hidden_size}: change hidden_size or the position embedding.")
         object.__setattr__(self, "layer_norm_epsilon", float(self.layer_norm_epsilon))
         object.__setattr__(self, "gelu_approximate", bool(self.gelu_approximate))
 
@@ -142,15 +145,17 @@ class ViTConfig:
         return self.patch_size * (self.resnet.stride if self.resnet else 1)
 
     def replace(self, **changes) -> "ViTConfig":
+        """A copy with the given fields changed; an unknown field name is a UserError."""
         unknown = set(changes) - {f.name for f in dataclasses.fields(self)}
         if unknown:
-            raise ValueError(
+            raise UserError(
                 f"Unknown ViTConfig field(s) {sorted(unknown)}; valid fields are "
                 f"{[f.name for f in dataclasses.fields(self)]}."
             )
         return dataclasses.replace(self, **changes)
 
     def to_dict(self) -> dict:
+        """The fields as plain JSON-ready values (the ResNet stages as a list)."""
         d = dataclasses.asdict(self)
         if self.resnet is not None:
             d["resnet"]["num_layers"] = list(self.resnet.num_layers)
@@ -158,4 +163,5 @@ class ViTConfig:
 
     @classmethod
     def from_dict(cls, d: dict) -> "ViTConfig":
+        """The config `to_dict` wrote."""
         return cls(**d)

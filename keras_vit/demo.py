@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import os
 
-from keras_vit.cli import non_negative_int
+from keras_vit._flags import non_negative_int
 
 DEFAULT_FORMATS = "saved_model,tflite,tflite-fp16,tflite-dynamic,tflite-int8"
 

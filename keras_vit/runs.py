@@ -22,6 +22,7 @@ import zipfile
 from typing import List, Optional, Sequence, Union
 
 from keras_vit import storage
+from keras_vit.errors import UserError
 
 MODEL_FILE = "model.keras"
 CONFIG_FILE = "config.json"
@@ -37,7 +38,7 @@ _LABEL_KEYS = ("labels", "class_names", "classes", "label_names")
 PathLike = Union[str, os.PathLike]
 
 
-class ModelFileError(ValueError):
+class ModelFileError(UserError):
     """A model path that does not exist, or a file that is not a readable `.keras` model."""
 
 
@@ -99,8 +100,8 @@ def load_model(path: PathLike, compile: bool = False, include_preprocessing: Opt
         raise ModelFileError(f"{file!r} cannot be read ({error.strerror or error}).") from error
     if include_preprocessing is not None:
         if not hasattr(model, "with_preprocessing"):
-            raise ValueError(f"{file!r} holds a {type(model).__name__}, not a keras_vit ViT: include_preprocessing "
-                             f"applies to ViTs only.")
+            raise UserError(f"{file!r} holds a {type(model).__name__}, not a keras_vit ViT: include_preprocessing "
+                            f"applies to ViTs only.")
         model = model.with_preprocessing(include_preprocessing)
     return model
 
@@ -140,8 +141,8 @@ def read_labels(source: Union[PathLike, Sequence[str]]) -> List[str]:
         try:
             return _names(json.loads(text))
         except (ValueError, TypeError, KeyError) as error:
-            raise ValueError(f"Labels file {path!r} is not a JSON list of class names "
-                             f"({error}).") from None
+            raise UserError(f"Labels file {path!r} is not a JSON list of class names "
+                            f"({error}).") from None
     names = [line.rstrip("\r") for line in text.split("\n")]
     while names and not names[-1].strip():  # a trailing newline is not a class
         names.pop()
@@ -175,9 +176,9 @@ def find_labels(path: PathLike) -> Optional[List[str]]:
 def check_labels(labels: Sequence[str], num_classes: int) -> List[str]:
     labels = [str(label) for label in labels]
     if len(labels) != num_classes:
-        raise ValueError(f"{len(labels)} labels for a model with {num_classes} classes.")
+        raise UserError(f"{len(labels)} labels for a model with {num_classes} classes.")
     if any("\n" in label or "\r" in label for label in labels):
-        raise ValueError("Labels cannot contain line breaks (they are kept one per line).")
+        raise UserError("Labels cannot contain line breaks (they are kept one per line).")
     return labels
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 from typing import Dict, List
 
 from keras_vit.config import ResNetConfig, ViTConfig
+from keras_vit.errors import UserError
 
 #            width  depth  heads  mlp
 _SIZES = {
@@ -57,6 +58,8 @@ VARIANTS: Dict[str, ViTConfig] = {
     # vit_jax's R_Ti_16: the root block only, then 8x8 patches (see the module docstring).
     "R+Ti/16": _vit("Ti", 8, ResNetConfig(num_layers=())),
 }
+"""Every named size: variant name -> ViTConfig (`keras-vit variants` prints them). Hybrids are
+"R50+B/16"-style names; "Mu/4" is the micro model of the demo."""
 
 
 def _normalise(name: str) -> str:
@@ -77,7 +80,7 @@ def get_variant(name: str) -> ViTConfig:
     for variant, config in VARIANTS.items():
         if variant.upper() == wanted:
             return config
-    raise ValueError(
+    raise UserError(
         f"Unknown ViT variant {name!r}. Known variants: {', '.join(VARIANTS)} "
         f"(see keras_vit.list_variants())."
     )
@@ -95,7 +98,7 @@ def canonical_name(name_or_config) -> str:
     for variant, config in VARIANTS.items():
         if _architecture(config) == _architecture(name_or_config):
             return variant
-    raise ValueError(f"{name_or_config} is not one of the registered variants {list(VARIANTS)}.")
+    raise UserError(f"{name_or_config} is not one of the registered variants {list(VARIANTS)}.")
 
 
 def _architecture(config: ViTConfig):

@@ -14,6 +14,7 @@ import pytest
 
 from keras_vit import storage
 from keras_vit.cli import COMMANDS, main
+from keras_vit.errors import CannotContinue, MissingExtra, UserError
 from tests.training_helpers import checkpoint_arrays
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -92,6 +93,76 @@ def test_user_errors_are_one_line(argv, code, pattern, capsys, tmp_path, monkeyp
         captured.err.strip()
     assert re.search(pattern, line), line
     assert not (tmp_path / "w").exists()  # rejected before any work
+
+
+# --- errors vs bugs (#23 item 6) ----------------------------------------------------------------------------
+
+def _failing_variants(monkeypatch, error):
+    """`keras-vit variants` (no TensorFlow) whose run raises `error`."""
+    from keras_vit import cli_variants
+
+    def run(args):
+        raise error
+
+    monkeypatch.setattr(cli_variants, "run", run)
+
+
+@pytest.mark.parametrize("error, code", [
+    (UserError("--size: bad value; use 3"), 2),
+    (MissingExtra('TFLite export needs ai_edge_litert: pip install "keras-vision-transformer[tflite]"'), 2),
+    (CannotContinue("out of memory: use a smaller batch"), 1),
+    (PermissionError(13, "Permission denied", "/root/out"), 1),
+    (FileNotFoundError(2, "No such file or directory", "photos.csv"), 1),
+])
+def test_known_failures_are_one_line_with_their_exit_status(error, code, monkeypatch, capsys):
+    _failing_variants(monkeypatch, error)
+    assert main(["variants"]) == code
+    line = _one_error_line(capsys.readouterr().err, "variants")
+    assert line == f"keras-vit variants: error: {error}"
+    assert main(["variants", "--debug"]) == code  # --debug adds the traceback
+    err = capsys.readouterr().err
+    assert "Traceback" in err and err.strip().splitlines()[-1] == line
+
+
+@pytest.mark.parametrize("error", [TypeError("unsupported operand type(s) for +: 'int' and 'str'"),
+                                   KeyError("num_heads"), ValueError("operands could not be broadcast"),
+                                   AttributeError("'NoneType' object has no attribute 'shape'"),
+                                   ImportError("cannot import name 'thing' from 'keras_vit.model'")])
+def test_a_bug_of_ours_shows_its_traceback_and_asks_for_a_report(error, monkeypatch, capsys):
+    _failing_variants(monkeypatch, error)
+    assert main(["variants"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("Traceback (most recent call last):")
+    assert f"in run\n    raise error\n{type(error).__name__}" in err  # the frame that raised
+    last = err.strip().splitlines()[-1]
+    assert last.startswith(f"keras-vit variants: internal error: {type(error).__name__}: ")
+    assert last.endswith("This is a bug in keras_vit: please report it with the traceback above.")
+
+
+def test_ctrl_c_is_exit_130(monkeypatch, capsys):
+    _failing_variants(monkeypatch, KeyboardInterrupt())
+    assert main(["variants"]) == 130
+    assert capsys.readouterr().err == "keras-vit variants: interrupted (Ctrl-C).\n"
+
+
+def test_a_bug_in_a_fresh_process_exits_1_with_the_report_line(tmp_path):
+    # A real process, as a user meets it: the traceback on stderr, then the line to report.
+    script = ("import sys\nfrom keras_vit import cli, cli_variants\n"
+              "cli_variants.run = lambda args: {}['missing']\n"
+              "sys.exit(cli.main(['variants']))\n")
+    done = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=60,
+                          env=_env())
+    assert done.returncode == 1, done.stderr
+    assert "Traceback" in done.stderr and "KeyError: 'missing'" in done.stderr
+    assert done.stderr.strip().splitlines()[-1] == (
+        "keras-vit variants: internal error: KeyError: 'missing'. This is a bug in keras_vit: please report it "
+        "with the traceback above.")
+
+
+def test_usage_errors_are_user_errors():
+    from keras_vit._flags import UsageError
+
+    assert issubclass(UsageError, UserError) and issubclass(UsageError, ValueError)
 
 
 def test_a_fresh_process_prints_one_line_and_no_tensorflow_chatter(tmp_path):
@@ -204,13 +275,13 @@ def test_export_a_variant_name_with_weights(tmp_path):
     assert (tmp_path / "out" / "vit.tflite").exists() or list((tmp_path / "out").glob("*.tflite"))
 
 
-# --- variants and the README agree (#16 item 11) ------------------------------------------------------------
+# --- variants and the docs agree (#16 item 11; the table moved from the README to docs/models.md in #23) ------
 
-def test_variants_output_is_the_readme_table(capsys):
+def test_variants_output_is_the_docs_table(capsys):
     assert main(["variants"]) == 0
     printed = capsys.readouterr().out
-    readme = open(os.path.join(ROOT, "README.md"), encoding="utf-8").read()
-    table = readme.split("$ keras-vit variants\n", 1)[1].split("```", 1)[0]
+    page = open(os.path.join(ROOT, "docs", "models.md"), encoding="utf-8").read()
+    table = page.split("$ keras-vit variants\n", 1)[1].split("```", 1)[0]
     assert printed == table
     assert "\nMu/4 " in printed
 

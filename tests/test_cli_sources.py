@@ -223,7 +223,7 @@ def test_default_formats_skip_a_missing_extra_22_8(tmp_path, capsys, monkeypatch
                  str(tmp_path / "images.npy"), "--num-calibration", "8", "--latency-runs", "1"]) == 0
     out = capsys.readouterr().out
     (skipped,) = [line for line in out.splitlines() if "skipped" in line]
-    assert skipped.startswith("[export] onnx skipped") and 'pip install "keras-vit[onnx]"' in skipped, skipped
+    assert skipped.startswith("[export] onnx skipped") and 'pip install "keras-vision-transformer[onnx]"' in skipped, skipped
     report = json.loads((tmp_path / "out" / "report.json").read_text())
     assert [row["format"] for row in report["artifacts"]] == [f for f in FORMATS if f != "onnx"]
     assert report["passed"] and list(report["skipped"]) == ["onnx"]

@@ -15,7 +15,7 @@ from __future__ import annotations
 import os
 import sys
 
-from keras_vit.cli import UsageError, positive_int
+from keras_vit._flags import UsageError, positive_int
 from keras_vit.inspection.cli_predict import MODEL_HELP
 
 

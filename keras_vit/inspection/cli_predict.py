@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import sys
 
-from keras_vit.cli import UsageError, positive_int
+from keras_vit._flags import UsageError, positive_int
 
 MODEL_HELP = ("a training workdir, a .keras file, or anything keras_vit.from_pretrained takes (an HF transformers, "
               "keras-hub or timm folder, hf:ORG/NAME, kerashub:PRESET, imagenet21k+imagenet2012:B/16, ...)")

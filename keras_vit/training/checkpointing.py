@@ -22,12 +22,13 @@ from typing import Optional, Tuple
 import numpy as np
 
 from keras_vit import runs, storage
+from keras_vit.errors import UserError
 
 FORMAT = 1
 _NAME = re.compile(r"ckpt-(\d+)\.npz$")
 
 
-class IncompatibleCheckpointError(ValueError):
+class IncompatibleCheckpointError(UserError):
     """The workdir holds checkpoints of a different run."""
 
 

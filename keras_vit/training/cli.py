@@ -15,8 +15,9 @@ import argparse
 import json
 import sys
 
-from keras_vit.cli import UsageError, non_negative_int, positive_int
+from keras_vit._flags import UsageError, non_negative_int, positive_int
 from keras_vit.config import POSITION_EMBEDDINGS
+from keras_vit.errors import UserError
 from keras_vit.training import config as config_lib
 
 _RECIPE_HELP = {
@@ -152,12 +153,12 @@ def check_args(args) -> config_lib.TrainConfig:
 
     try:
         config = config_from_args(args)
-    except ValueError as error:
+    except UserError as error:
         raise UsageError(str(error)) from None
     if args.model is not None:
         try:
             get_variant(args.model)
-        except ValueError as error:
+        except UserError as error:
             raise UsageError(f"--model: {error}") from None
         _check_official_weights(args.model, args.weights)
     if args.weights is not None and (os.sep in args.weights or args.weights.endswith((".npz", ".keras"))) \
@@ -178,7 +179,7 @@ def _check_official_weights(model, weights):
         return
     try:
         hub.checkpoint_url(model, weights)
-    except ValueError as error:
+    except UserError as error:
         raise UsageError(f"--weights: {error}") from None
 
 

@@ -25,6 +25,7 @@ import dataclasses
 from typing import Optional, Tuple, Union
 
 from keras_vit.config import POSITION_EMBEDDINGS, ViTConfig
+from keras_vit.errors import UserError
 
 OPTIMIZERS = ("sgd", "adam", "adamw")
 SCHEDULES = ("cosine", "linear", "constant")
@@ -35,7 +36,7 @@ STRATEGIES = ("auto", "default", "one_device", "mirrored", "multi_worker", "tpu"
 
 def _check_choice(field, value, choices):
     if value not in choices:
-        raise ValueError(f"{field} must be one of {choices}, got {value!r}.")
+        raise UserError(f"{field} must be one of {choices}, got {value!r}.")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -99,16 +100,16 @@ class Recipe:
         _check_choice("schedule", self.schedule, SCHEDULES)
         _check_choice("train_augment", self.train_augment, AUGMENTATIONS)
         if self.steps < 0 or self.warmup_steps < 0 or self.batch_size < 1:
-            raise ValueError(f"Recipe needs steps >= 0, warmup_steps >= 0 and batch_size >= 1, got "
-                             f"steps={self.steps}, warmup_steps={self.warmup_steps}, batch_size={self.batch_size}.")
+            raise UserError(f"Recipe needs steps >= 0, warmup_steps >= 0 and batch_size >= 1, got "
+                            f"steps={self.steps}, warmup_steps={self.warmup_steps}, batch_size={self.batch_size}.")
         if self.learning_rate < 0 or self.weight_decay < 0:
-            raise ValueError("learning_rate and weight_decay must be >= 0.")
+            raise UserError("learning_rate and weight_decay must be >= 0.")
         if self.grad_clip_norm is not None and self.grad_clip_norm <= 0:
-            raise ValueError(f"grad_clip_norm must be positive or None, got {self.grad_clip_norm}.")
+            raise UserError(f"grad_clip_norm must be positive or None, got {self.grad_clip_norm}.")
         sides = self.image_size if isinstance(self.image_size, (tuple, list)) else (self.image_size,)
         if self.image_size is not None and any(not isinstance(s, int) or s < 1 for s in sides):
-            raise ValueError(f"image_size must be a positive number of pixels (or None for the dataset's own "
-                             f"size), got {self.image_size!r}.")
+            raise UserError(f"image_size must be a positive number of pixels (or None for the dataset's own "
+                            f"size), got {self.image_size!r}.")
 
 
 FINETUNE = Recipe(
@@ -257,7 +258,7 @@ class TrainConfig:
     def __post_init__(self):
         if isinstance(self.recipe, str):
             if self.recipe not in RECIPES:
-                raise ValueError(f"Unknown recipe {self.recipe!r}; known recipes: {sorted(RECIPES)}.")
+                raise UserError(f"Unknown recipe {self.recipe!r}; known recipes: {sorted(RECIPES)}.")
             object.__setattr__(self, "recipe", RECIPES[self.recipe])
         elif isinstance(self.recipe, dict):
             object.__setattr__(self, "recipe", Recipe(**self.recipe))
@@ -269,23 +270,23 @@ class TrainConfig:
         _check_choice("strategy", self.strategy, STRATEGIES)
         _check_choice("precision", self.precision, PRECISIONS)
         if self.accum_steps < 1 or self.checkpoint_every < 1 or self.log_every < 1 or self.keep_checkpoints < 1:
-            raise ValueError("accum_steps, checkpoint_every, log_every and keep_checkpoints must be >= 1.")
+            raise UserError("accum_steps, checkpoint_every, log_every and keep_checkpoints must be >= 1.")
         if self.steps_per_loop is not None and self.steps_per_loop < 1:
-            raise ValueError(f"steps_per_loop must be >= 1, got {self.steps_per_loop}.")
+            raise UserError(f"steps_per_loop must be >= 1, got {self.steps_per_loop}.")
         if self.recipe.batch_size % self.accum_steps:
-            raise ValueError(f"batch_size {self.recipe.batch_size} is not divisible by accum_steps "
-                             f"{self.accum_steps}.")
+            raise UserError(f"batch_size {self.recipe.batch_size} is not divisible by accum_steps "
+                            f"{self.accum_steps}.")
 
     @classmethod
     def create(cls, recipe: Union[str, Recipe] = "finetune", **overrides) -> "TrainConfig":
         """A config from a recipe plus overrides of any Recipe or TrainConfig field."""
         if isinstance(recipe, str) and recipe not in RECIPES:
-            raise ValueError(f"Unknown recipe {recipe!r}; known recipes: {sorted(RECIPES)}.")
+            raise UserError(f"Unknown recipe {recipe!r}; known recipes: {sorted(RECIPES)}.")
         base = RECIPES[recipe] if isinstance(recipe, str) else recipe
         recipe_changes = {k: overrides.pop(k) for k in list(overrides) if k in RECIPE_FIELDS}
         unknown = set(overrides) - {f.name for f in dataclasses.fields(cls)}
         if unknown:
-            raise ValueError(f"Unknown TrainConfig/Recipe field(s) {sorted(unknown)}.")
+            raise UserError(f"Unknown TrainConfig/Recipe field(s) {sorted(unknown)}.")
         return cls(recipe=dataclasses.replace(base, **recipe_changes), **overrides)
 
     def replace(self, **changes) -> "TrainConfig":
@@ -296,9 +297,11 @@ class TrainConfig:
 
     @property
     def micro_batch_size(self) -> int:
+        """Examples in one micro-batch: the batch size divided by accum_steps."""
         return self.recipe.batch_size // self.accum_steps
 
     def to_dict(self) -> dict:
+        """The settings as plain JSON-ready values (config.json)."""
         d = dataclasses.asdict(self)
         if isinstance(self.model, ViTConfig):
             d["model"] = self.model.to_dict()
@@ -307,6 +310,7 @@ class TrainConfig:
 
     @classmethod
     def from_dict(cls, d: dict) -> "TrainConfig":
+        """The config `to_dict` wrote."""
         return cls(**d)
 
 

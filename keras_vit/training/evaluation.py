@@ -13,6 +13,8 @@ from typing import Dict, Iterable, Optional
 
 import numpy as np
 
+from keras_vit.errors import UserError
+
 
 def fit_least_squares(features: np.ndarray, labels: np.ndarray, num_classes: int, l2_reg: float = 1.0):
     """(W, b) minimising ||(X - mu) W + b - Y||^2 + l2_reg ||W||^2, Y in {-1, 1}.
@@ -69,7 +71,7 @@ def few_shot_linear_eval(
         chosen = []
         for c, members in enumerate(by_class):
             if len(members) < k:
-                raise ValueError(f"{k}-shot evaluation needs {k} examples of class {c}, the pool has {len(members)}.")
+                raise UserError(f"{k}-shot evaluation needs {k} examples of class {c}, the pool has {len(members)}.")
             chosen.append(rng.choice(members, size=k, replace=False))
         chosen = np.concatenate(chosen)
         weights, bias = fit_least_squares(train_features[chosen], train_labels[chosen], num_classes, l2_reg)

@@ -18,12 +18,14 @@ import os
 
 import tensorflow as tf
 
+from keras_vit.errors import UserError
+
 
 def _cluster_size():
     try:
         cluster = json.loads(os.environ.get("TF_CONFIG", "{}")).get("cluster", {})
     except json.JSONDecodeError as error:
-        raise ValueError(f"TF_CONFIG is not valid JSON: {error}") from error
+        raise UserError(f"TF_CONFIG is not valid JSON: {error}") from error
     return sum(len(v) for v in cluster.values())
 
 
@@ -52,14 +54,14 @@ def make_strategy(name: str = "auto", tpu=None) -> tf.distribute.Strategy:
         return tf.distribute.MirroredStrategy(devices)
     if name == "multi_worker":
         if _cluster_size() < 1:
-            raise ValueError("strategy 'multi_worker' needs TF_CONFIG describing the cluster and this task.")
+            raise UserError("strategy 'multi_worker' needs TF_CONFIG describing the cluster and this task.")
         return tf.distribute.MultiWorkerMirroredStrategy()
     if name == "tpu":
         resolver = tf.distribute.cluster_resolver.TPUClusterResolver(tpu=tpu or os.environ.get("TPU_NAME", ""))
         tf.config.experimental_connect_to_cluster(resolver)
         tf.tpu.experimental.initialize_tpu_system(resolver)
         return tf.distribute.TPUStrategy(resolver)
-    raise ValueError(f"Unknown strategy {name!r}.")
+    raise UserError(f"Unknown strategy {name!r}.")
 
 
 def is_chief(strategy) -> bool:

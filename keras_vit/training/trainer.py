@@ -25,6 +25,7 @@ import numpy as np
 import tensorflow as tf
 
 from keras_vit import runs, storage
+from keras_vit.errors import CannotContinue, UserError
 from keras_vit.model import fuse_gelu, rematerialize_blocks
 from keras_vit.training import data as data_lib
 from keras_vit.training import memory as memory_lib
@@ -39,15 +40,15 @@ from keras_vit.training.transfer import apply_weights, resolve_weights
 from keras_vit.variants import get_variant
 
 
-class NonFiniteLossError(RuntimeError):
+class NonFiniteLossError(CannotContinue):
     """The loss (or the weights) became NaN or infinite."""
 
 
-class TrainingOutOfMemory(RuntimeError):
+class TrainingOutOfMemory(CannotContinue):
     """A training step ran out of memory; the message says what ran and the ways out."""
 
 
-class TrainingInterrupted(RuntimeError):
+class TrainingInterrupted(CannotContinue):
     """SIGTERM or Ctrl-C (SIGINT): a checkpoint was written and training
     stopped; re-run to resume. `exit_code` is 128 + the signal number."""
 
@@ -126,8 +127,8 @@ class Trainer:
         self.chief = is_chief(self.strategy)
         replicas = self.strategy.num_replicas_in_sync
         if self.recipe.batch_size % (replicas * config.accum_steps):
-            raise ValueError(f"batch_size {self.recipe.batch_size} must be divisible by replicas ({replicas}) x "
-                             f"accum_steps ({config.accum_steps}).")
+            raise UserError(f"batch_size {self.recipe.batch_size} must be divisible by replicas ({replicas}) x "
+                            f"accum_steps ({config.accum_steps}).")
         self.initial = resolve_weights(config.weights)
         self.model_config = resolve_model_config(config, self.initial)
         self.source = data_lib.open_source(config, self.dataset, shard=self._input_shard())
@@ -173,11 +174,11 @@ class Trainer:
         if tf.config.list_logical_devices("GPU") or tf.config.list_logical_devices("TPU") or not available:
             return
         if self.memory.total > memory_lib.REFUSE_ABOVE * available:
-            raise ValueError(f"{self._what_runs()} needs about {memory_lib.gigabytes(self.memory.total)} (weights, "
-                             f"gradients and optimizer state {memory_lib.gigabytes(self.memory.state)}, activations "
-                             f"{memory_lib.gigabytes(self.memory.per_image)} an image); this machine has "
-                             f"{memory_lib.gigabytes(available)}: "
-                             f"{memory_lib.ways_out(self._micro_batch_per_replica())}.")
+            raise UserError(f"{self._what_runs()} needs about {memory_lib.gigabytes(self.memory.total)} (weights, "
+                            f"gradients and optimizer state {memory_lib.gigabytes(self.memory.state)}, activations "
+                            f"{memory_lib.gigabytes(self.memory.per_image)} an image); this machine has "
+                            f"{memory_lib.gigabytes(available)}: "
+                            f"{memory_lib.ways_out(self._micro_batch_per_replica())}.")
 
     def _micro_batch_per_replica(self) -> int:
         return max(1, self.recipe.batch_size // self.config.accum_steps // self.strategy.num_replicas_in_sync)
@@ -225,6 +226,8 @@ class Trainer:
         return self.step >= self.recipe.steps and runs.is_finished(self.config.workdir, self.recipe.steps)
 
     def already_finished(self) -> dict:
+        """The results of a run that already reached its steps, left as they are
+        (one line says so); marked "already_finished"."""
         finished = runs.read_results(self.config.workdir)
         if self.chief:
             print(f"keras-vit train: the run in {self.config.workdir} already finished at step {self.step}; its "
@@ -248,6 +251,7 @@ class Trainer:
 
     @property
     def steps_per_loop(self) -> int:
+        """Optimizer steps per host call: --steps-per-loop, else --log-every."""
         return self.config.steps_per_loop or self.config.log_every
 
     def start_session(self) -> None:
@@ -355,7 +359,7 @@ class Trainer:
             message = data_lib.strict_failure(error)
             if message is None:
                 raise
-            raise ValueError(message) from None
+            raise UserError(message) from None
 
     def _step_logs(self, row) -> dict:
         figures = dict(zip(self.steps.columns, (float(v) for v in row)))
@@ -389,6 +393,9 @@ class Trainer:
                                   f"re-run the same command to resume.", signum)
 
     def checkpoint(self) -> None:
+        """Writes the run's checkpoint (model, optimizer, step, input position)
+        after checking that the weights are finite; non-finite weights stop the
+        run with NonFiniteLossError and keep the last good checkpoint."""
         for v in self.model.trainable_variables:
             if not np.all(np.isfinite(v.numpy())):
                 raise NonFiniteLossError(
@@ -465,14 +472,14 @@ def resolve_model_config(config: TrainConfig, initial=None):
     base = _base_model_config(config, initial)
     if config.patch_size is not None and config.patch_size != base.patch_size:
         if initial is not None:
-            raise ValueError(f"--patch-size {config.patch_size} differs from the pre-trained weights' "
-                             f"patch size {base.patch_size}.")
+            raise UserError(f"--patch-size {config.patch_size} differs from the pre-trained weights' "
+                            f"patch size {base.patch_size}.")
         base = base.replace(patch_size=config.patch_size)
     if config.position_embedding is not None and config.position_embedding != base.position_embedding:
         if initial is not None:
-            raise ValueError(f"--position-embedding {config.position_embedding} differs from the pre-trained "
-                             f"weights' {base.position_embedding!r} ({initial.description}): drop "
-                             f"--position-embedding, or train from scratch without --weights.")
+            raise UserError(f"--position-embedding {config.position_embedding} differs from the pre-trained "
+                            f"weights' {base.position_embedding!r} ({initial.description}): drop "
+                            f"--position-embedding, or train from scratch without --weights.")
         base = base.replace(position_embedding=config.position_embedding)
     recipe = config.recipe
     representation = (base.representation_size or base.hidden_size) if recipe.representation_layer else None
@@ -482,9 +489,9 @@ def resolve_model_config(config: TrainConfig, initial=None):
     if initial is not None and chosen is not None and chosen != base.classifier:
         named = RECIPES.get(recipe.name)
         if named is None or named.classifier != chosen:
-            raise ValueError(f"--classifier {chosen} contradicts the pre-trained weights ({initial.description}), "
-                             f"which use the {base.classifier!r} classifier: drop --classifier, or train from "
-                             f"scratch without --weights.")
+            raise UserError(f"--classifier {chosen} contradicts the pre-trained weights ({initial.description}), "
+                            f"which use the {base.classifier!r} classifier: drop --classifier, or train from "
+                            f"scratch without --weights.")
     return base.replace(
         representation_size=representation,
         classifier=(chosen or base.classifier) if initial is None else base.classifier,
@@ -497,7 +504,7 @@ def _base_model_config(config, initial):
     """The variant named by --model, or the architecture of the weights (which must agree)."""
     if config.model is None:
         if initial is None or initial.source_config is None:
-            raise ValueError("Name a model (--model, e.g. B/16), unless --weights is a .keras file or a workdir.")
+            raise UserError("Name a model (--model, e.g. B/16), unless --weights is a .keras file or a workdir.")
         return initial.source_config
     base = get_variant(config.model)
     source = initial.source_config if initial is not None else None
@@ -506,15 +513,15 @@ def _base_model_config(config, initial):
     # A .keras model or workdir: its architecture is what loads.
     sizes = ("hidden_size", "num_layers", "num_heads", "mlp_dim")
     if any(getattr(source, k) != getattr(base, k) for k in sizes) or (source.resnet is None) != (base.resnet is None):
-        raise ValueError(f"--model {config.model} does not match the architecture of the weights "
-                         f"({initial.description}): leave --model out to take the weights' own.")
+        raise UserError(f"--model {config.model} does not match the architecture of the weights "
+                        f"({initial.description}): leave --model out to take the weights' own.")
     return source
 
 
 def _image_size(config, source):
     size = config.recipe.image_size or source.image_size
     if size is None:
-        raise ValueError(f"{source.name} has images of varying size: set --image-size.")
+        raise UserError(f"{source.name} has images of varying size: set --image-size.")
     return (size, size) if isinstance(size, int) else tuple(size)
 
 

@@ -16,6 +16,7 @@ import os
 from typing import Optional, Union
 
 from keras_vit import runs, storage
+from keras_vit.errors import UserError
 from keras_vit.weights import checkpoint_params, load_weights
 from keras_vit.config import ViTConfig
 from keras_vit.model import ViT
@@ -41,7 +42,7 @@ def find_vit(model) -> ViT:
             return find_vit(layer)
         except ValueError:
             continue
-    raise ValueError(f"{model.name} contains no keras_vit.ViT to take encoder weights from.")
+    raise UserError(f"{model.name} contains no keras_vit.ViT to take encoder weights from.")
 
 
 def resolve_weights(weights: Optional[str]) -> Optional[InitialWeights]:
@@ -52,7 +53,7 @@ def resolve_weights(weights: Optional[str]) -> Optional[InitialWeights]:
         try:
             source = find_vit(runs.load_model(path))
         except runs.ModelFileError as error:
-            raise ValueError(f"--weights: {error}") from None
+            raise UserError(f"--weights: {error}") from None
         params = checkpoint_params(source)
         params.pop("head/kernel", None)
         params.pop("head/bias", None)

@@ -19,6 +19,7 @@ from typing import Dict, List, Optional, Tuple
 import numpy as np
 
 from keras_vit.config import ResNetConfig, ViTConfig
+from keras_vit.errors import MissingExtra, UserError
 
 POSEMB_KEY = "Transformer/posembed_input/pos_embedding"
 
@@ -52,7 +53,7 @@ def read_json(path) -> dict:
         with open(path, encoding="utf-8") as f:
             return json.load(f)
     except (OSError, ValueError) as error:
-        raise ValueError(f"{os.fspath(path)!r} is not a readable JSON config ({error}).") from error
+        raise UserError(f"{os.fspath(path)!r} is not a readable JSON config ({error}).") from error
 
 
 def read_safetensors(path) -> Dict[str, np.ndarray]:
@@ -60,13 +61,13 @@ def read_safetensors(path) -> Dict[str, np.ndarray]:
     try:
         from safetensors.numpy import load_file
     except ImportError as error:  # pragma: no cover - install_requires has it
-        raise ImportError("Reading .safetensors checkpoints needs the `safetensors` package: "
-                          "pip install safetensors") from error
+        raise MissingExtra("Reading .safetensors checkpoints needs the `safetensors` package: "
+                           "pip install safetensors") from error
     try:
         return {k: np.asarray(v) for k, v in load_file(os.fspath(path)).items()}
     except Exception as error:  # safetensors raises its own SafetensorError, or OSError
-        raise ValueError(f"{os.fspath(path)!r} is not a readable .safetensors file "
-                         f"({type(error).__name__}: {error}).") from error
+        raise UserError(f"{os.fspath(path)!r} is not a readable .safetensors file "
+                        f"({type(error).__name__}: {error}).") from error
 
 
 def write_safetensors(tensors: Dict[str, np.ndarray], path) -> None:
@@ -78,7 +79,7 @@ def write_safetensors(tensors: Dict[str, np.ndarray], path) -> None:
 
 
 def refuse_pickle(path) -> None:
-    raise ValueError(
+    raise UserError(
         f"{os.fspath(path)!r} is a PyTorch pickle (pytorch_model.bin / .pt / .pth): keras-vit never unpickles "
         f"files. Convert it to safetensors where you trust it, e.g. "
         f"`transformers.ViTForImageClassification.from_pretrained(DIR).save_pretrained(NEW_DIR)` (transformers "
@@ -140,8 +141,8 @@ def attention_tensors(prefix: str, params: Dict[str, np.ndarray]):
 def grid_side(tokens: int, what: str) -> int:
     side = int(round(tokens ** 0.5))
     if side * side != tokens:
-        raise ValueError(f"{what}: the position embedding's {tokens} grid tokens are not a square grid; "
-                         f"pass image_size=(height, width).")
+        raise UserError(f"{what}: the position embedding's {tokens} grid tokens are not a square grid; "
+                        f"pass image_size=(height, width).")
     return side
 
 
@@ -160,8 +161,8 @@ def infer_official_config(params: Dict[str, np.ndarray], source: str = "") -> Ch
         mlp = params["Transformer/encoderblock_0/MlpBlock_3/Dense_0/kernel"]
         posemb = params[POSEMB_KEY]
     except KeyError as error:
-        raise ValueError(f"{source or 'The checkpoint'} is not an official ViT checkpoint: it has no "
-                         f"{error.args[0]!r} tensor.") from error
+        raise UserError(f"{source or 'The checkpoint'} is not an official ViT checkpoint: it has no "
+                        f"{error.args[0]!r} tensor.") from error
     resnet = None
     units = {}
     for key in params:

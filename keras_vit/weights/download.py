@@ -41,7 +41,7 @@ def _fetch(repo: str, filename: str, revision: Optional[str], source: str, requi
         local = f"/path/to/{repo.split('/')[-1]}"
         example = (f"{local} in place of {source}" if _console.COMMAND_LINE else
                    f"keras_vit.from_pretrained('{local}')")
-        raise CannotContinue(  # the network, not the input: exit 1
+        raise UserError(  # a ValueError, as before: the fix is a local path
             f"Could not get {filename} of {source} ({repo}{'@' + revision if revision else ''}): this machine is "
             f"offline (or HF_HUB_OFFLINE=1) and it is not in the Hugging Face cache. Download the repository "
             f"elsewhere (`hf download {repo}`, or `save_pretrained`) and pass its local directory, e.g. {example}."

@@ -66,19 +66,19 @@ def is_hf_directory(path) -> bool:
 def config_from_hf(hf: dict, has_pooler: bool, where: str) -> ViTConfig:
     model_type = hf.get("model_type")
     if model_type in _OTHER_MODELS:
-        raise ValueError(f"{where} is a {model_type!r} model, not a ViT: {_OTHER_MODELS[model_type]}. It cannot "
-                         f"be loaded without changing what it computes.")
+        raise UserError(f"{where} is a {model_type!r} model, not a ViT: {_OTHER_MODELS[model_type]}. It cannot "
+                        f"be loaded without changing what it computes.")
     if model_type != "vit":
-        raise ValueError(f"{where} has model_type={model_type!r}; keras-vit reads HF ViT checkpoints "
-                         f"(model_type 'vit') only.")
+        raise UserError(f"{where} has model_type={model_type!r}; keras-vit reads HF ViT checkpoints "
+                        f"(model_type 'vit') only.")
     act = hf.get("hidden_act", "gelu")
     if act not in _GELU:
-        raise ValueError(f"{where} uses hidden_act={act!r}; keras-vit's MLP is GELU (exact or tanh) only.")
+        raise UserError(f"{where} uses hidden_act={act!r}; keras-vit's MLP is GELU (exact or tanh) only.")
     if not hf.get("qkv_bias", True):
-        raise ValueError(f"{where} has qkv_bias=False: keras-vit's attention always has query/key/value "
-                         f"biases, so this layout cannot be expressed.")
+        raise UserError(f"{where} has qkv_bias=False: keras-vit's attention always has query/key/value "
+                        f"biases, so this layout cannot be expressed.")
     if has_pooler and hf.get("pooler_act", "tanh") != "tanh":
-        raise ValueError(f"{where} has pooler_act={hf['pooler_act']!r}; keras-vit's representation layer is tanh.")
+        raise UserError(f"{where} has pooler_act={hf['pooler_act']!r}; keras-vit's representation layer is tanh.")
     hidden = int(hf.get("hidden_size", 768))
     return ViTConfig(
         patch_size=int(hf.get("patch_size", 16)),
@@ -143,19 +143,19 @@ def read_hf_directory(directory, source: Optional[str] = None) -> Checkpoint:
     weights = os.path.join(directory, "model.safetensors")
     if not os.path.isfile(weights):
         if os.path.isfile(os.path.join(directory, "model.safetensors.index.json")):
-            raise ValueError(f"{where} holds a sharded checkpoint (model.safetensors.index.json); keras-vit reads "
-                             f"single-file model.safetensors only: re-save it with "
-                             f"save_pretrained(DIR, max_shard_size='20GB').")
+            raise UserError(f"{where} holds a sharded checkpoint (model.safetensors.index.json); keras-vit reads "
+                            f"single-file model.safetensors only: re-save it with "
+                            f"save_pretrained(DIR, max_shard_size='20GB').")
         for name in ("pytorch_model.bin", "model.pt", "model.pth"):
             if os.path.isfile(os.path.join(directory, name)):
                 refuse_pickle(os.path.join(directory, name))
-        raise ValueError(f"{where} has no model.safetensors next to its config.json.")
+        raise UserError(f"{where} has no model.safetensors next to its config.json.")
     hf = read_json(os.path.join(directory, "config.json"))
     tensors = read_safetensors(weights)
     has_pooler = any(k.endswith("pooler.dense.weight") for k in tensors)
     config = config_from_hf(hf, has_pooler, where)
     if not any(k.endswith("embeddings.cls_token") for k in tensors):
-        raise ValueError(f"{where}: model.safetensors has no embeddings.cls_token; is it an HF ViT checkpoint?")
+        raise UserError(f"{where}: model.safetensors has no embeddings.cls_token; is it an HF ViT checkpoint?")
     params = params_from_hf(tensors, config)
     size = hf.get("image_size", 224)
     image_size = tuple(size) if isinstance(size, (list, tuple)) else (int(size), int(size))
@@ -172,7 +172,7 @@ def hf_config(model, labels: Optional[List[str]] = None) -> dict:
     config: ViTConfig = model.config
     position_problem = official_layout_error(model, "HF transformers' ViT")
     if position_problem:  # its own fix (.keras), whatever else HF could not express
-        raise ValueError(position_problem)
+        raise UserError(position_problem)
     problems = []
     if config.resnet is not None:
         problems.append("it is a hybrid (HF transformers 5 has no ViT-hybrid)")
@@ -185,7 +185,7 @@ def hf_config(model, labels: Optional[List[str]] = None) -> dict:
     if model.image_size[0] != model.image_size[1]:
         problems.append(f"its images are not square ({model.image_size})")
     if problems:
-        raise ValueError(f"{model.name} cannot be written as an HF transformers ViT: " + "; ".join(problems) + ".")
+        raise UserError(f"{model.name} cannot be written as an HF transformers ViT: " + "; ".join(problems) + ".")
     out = {
         "architectures": ["ViTForImageClassification" if model.include_top else "ViTModel"],
         "model_type": "vit",
@@ -209,7 +209,7 @@ def hf_config(model, labels: Optional[List[str]] = None) -> dict:
     }
     if model.include_top:
         if labels is not None and len(labels) != model.num_classes:
-            raise ValueError(f"labels has {len(labels)} names for a head of {model.num_classes} classes.")
+            raise UserError(f"labels has {len(labels)} names for a head of {model.num_classes} classes.")
         names = list(labels) if labels is not None else [f"LABEL_{i}" for i in range(model.num_classes)]
         out["id2label"] = {str(i): str(name) for i, name in enumerate(names)}
         out["label2id"] = {str(name): i for i, name in enumerate(names)}

@@ -12,6 +12,7 @@ import urllib.parse
 from typing import Dict, List
 
 from keras_vit import _console
+from keras_vit.errors import UserError
 from keras_vit.variants import canonical_name
 
 BASE_URL = "https://storage.googleapis.com/vit_models/"
@@ -90,13 +91,13 @@ def available_weights(variant=None) -> List[str]:
 def checkpoint_url(variant, weights: str) -> str:
     """The public URL of checkpoint `weights` for `variant`; ValueError if none."""
     if weights not in CHECKPOINTS:
-        raise ValueError(
+        raise UserError(
             f"Unknown weights {weights!r}: pass a path to a .npz file or one of "
             f"{list(CHECKPOINTS)}."
         )
     name = canonical_name(variant)
     if name not in CHECKPOINTS[weights]:
-        raise ValueError(
+        raise UserError(
             f"No {weights!r} checkpoint is published for ViT {name}. Weights available for {name}: "
             f"{available_weights(name) or 'none'}; or pass a path to a .npz file."
         )
@@ -126,7 +127,7 @@ def download(url: str) -> str:
         local = f"/path/to/{fname}"
         example = (f"{_console.argument('weights', local)} (or the file itself where a command takes MODEL)"
                    if _console.COMMAND_LINE else _console.argument("weights", local))
-        raise ValueError(
+        raise UserError(  # a ValueError, as before: the fix is a local path
             f"Could not download the checkpoint {url} ({type(error).__name__}: {error}). "
             f"If this machine is offline, download that file elsewhere and pass its local path, "
             f"e.g. {example}."

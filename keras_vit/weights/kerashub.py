@@ -15,6 +15,7 @@ from typing import Dict
 import numpy as np
 
 from keras_vit.config import ViTConfig
+from keras_vit.errors import MissingExtra, UserError, install_hint
 from keras_vit.weights.checkpoint import POSEMB_KEY, Checkpoint, rename
 
 
@@ -22,8 +23,8 @@ def _keras_hub():
     try:
         import keras_hub
     except ImportError as error:
-        raise ImportError("Reading keras-hub presets needs keras-hub: pip install 'keras-hub>=0.32' "
-                          "(or pip install 'keras-vit[reference]').") from error
+        raise MissingExtra(f"Reading keras-hub presets needs keras-hub: pip install 'keras-hub>=0.32' "
+                           f"(or {install_hint('reference')}).") from error
     return keras_hub
 
 
@@ -43,7 +44,7 @@ def _load(preset, where):
     except Exception as error:
         if isinstance(error, ImportError):
             raise
-        raise ValueError(
+        raise UserError(
             f"keras-hub could not load the preset {where} ({type(error).__name__}: {error}). If this machine "
             f"is offline, copy the preset directory (config.json + model.weights.h5) here and pass its path."
         ) from error
@@ -53,21 +54,21 @@ def config_from_kerashub(backbone, task, where: str) -> ViTConfig:
     c = backbone.get_config()
     name = type(backbone).__name__
     if name != "ViTBackbone":
-        raise ValueError(f"{where} is a keras-hub {name}, not a ViTBackbone.")
+        raise UserError(f"{where} is a keras-hub {name}, not a ViTBackbone.")
     for flag in ("use_mha_bias", "use_mlp_bias", "use_patch_bias"):
         if not c.get(flag, True):
-            raise ValueError(f"{where} has {flag}=False: keras-vit's layers always have these biases, so this "
-                             f"layout cannot be expressed.")
+            raise UserError(f"{where} has {flag}=False: keras-vit's layers always have these biases, so this "
+                            f"layout cannot be expressed.")
     patch = c["patch_size"]
     patch = tuple(patch) if isinstance(patch, (list, tuple)) else (patch, patch)
     if patch[0] != patch[1]:
-        raise ValueError(f"{where} has non-square patches {patch}; keras-vit's patches are square.")
+        raise UserError(f"{where} has non-square patches {patch}; keras-vit's patches are square.")
     token = c.get("use_class_token", True)
     pooling = task.get_config().get("pooling", "token") if task is not None else ("token" if token else "gap")
     if (pooling == "token") != bool(token):
-        raise ValueError(f"{where} pools with {pooling!r} {'with' if token else 'without'} a class token; "
-                         f"keras-vit reads the class token (classifier='token') or averages a model without "
-                         f"one (classifier='gap').")
+        raise UserError(f"{where} pools with {pooling!r} {'with' if token else 'without'} a class token; "
+                        f"keras-vit reads the class token (classifier='token') or averages a model without "
+                        f"one (classifier='gap').")
     representation = task.get_config().get("intermediate_dim") if task is not None else None
     return ViTConfig(
         patch_size=int(patch[0]), hidden_size=int(c["hidden_dim"]), mlp_dim=int(c["mlp_dim"]),

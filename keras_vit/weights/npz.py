@@ -10,6 +10,7 @@ from typing import Dict, Mapping
 import numpy as np
 
 from keras_vit import storage
+from keras_vit.errors import UserError
 from keras_vit.weights.layout import official_layout_error, variables_by_key
 from keras_vit.weights.resize import COLUMN_SUFFIX, POSEMB_1D_SUFFIX, RELATIVE_SUFFIX, ROW_SUFFIX, \
     resize_position_params
@@ -21,12 +22,12 @@ def read_npz(path) -> Dict[str, np.ndarray]:
     """Reads a checkpoint file into {key: array}; ValueError if it is not one."""
     path = os.fspath(path)
     if not os.path.exists(path):
-        raise ValueError(f"Checkpoint file {path!r} does not exist.")
+        raise UserError(f"Checkpoint file {path!r} does not exist.")
     try:
         with np.load(path, allow_pickle=False) as data:
             return {key: np.asarray(data[key]) for key in data.files}
     except (zipfile.BadZipFile, ValueError, OSError, EOFError) as error:
-        raise ValueError(
+        raise UserError(
             f"{path!r} is not a readable .npz checkpoint ({type(error).__name__}: {error}). "
             f"It may be truncated or corrupt: delete it and download it again."
         ) from error
@@ -83,9 +84,9 @@ def load_checkpoint(model, params: Mapping[str, np.ndarray]) -> None:
 
     held, wanted = position_kind(params), model.config.position_embedding
     if held is not None and held != wanted:
-        raise ValueError(f"The checkpoint holds a {held} position embedding but {model.name} uses "
-                         f"position_embedding={wanted!r}: build the model with position_embedding={held!r}, or "
-                         f"train the {wanted} kind from scratch.")
+        raise UserError(f"The checkpoint holds a {held} position embedding but {model.name} uses "
+                        f"position_embedding={wanted!r}: build the model with position_embedding={held!r}, or "
+                        f"train the {wanted} kind from scratch.")
     shapes = {key: tuple(variable.shape) for key, variable in expected.items()}
     params, resized = resize_position_params(params, shapes, model.grid_size, model.num_prefix_tokens)
     for what in resized:
@@ -110,7 +111,7 @@ def load_checkpoint(model, params: Mapping[str, np.ndarray]) -> None:
         if mismatched:
             lines.append(f"  shape mismatches ({len(mismatched)}): " + "; ".join(mismatched[:10]))
         lines.append("Build the model with the variant (and representation_size) the checkpoint was saved from.")
-        raise ValueError("\n".join(lines))
+        raise UserError("\n".join(lines))
 
     for key, variable in expected.items():
         variable.assign(params[key].astype(np.float32))
@@ -139,10 +140,10 @@ def save_weights(model, path) -> str:
     other kinds are a ValueError saying to save a `.keras` file instead."""
     problem = official_layout_error(model, "the official .npz layout")
     if problem:
-        raise ValueError(problem)
+        raise UserError(problem)
     path = os.fspath(path)
     if not path.endswith(".npz"):
-        raise ValueError(f"Checkpoint paths end in .npz, got {path!r}.")
+        raise UserError(f"Checkpoint paths end in .npz, got {path!r}.")
     params = checkpoint_params(model)
     storage.makedirs(storage.dirname(storage.abspath(path)))
     storage.write_bytes(path, lambda f: np.savez(f, **params))

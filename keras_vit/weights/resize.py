@@ -20,6 +20,8 @@ import math
 
 import numpy as np
 
+from keras_vit.errors import UserError
+
 
 def _linear_resize_axis(x: np.ndarray, new_size: int, axis: int) -> np.ndarray:
     old_size = x.shape[axis]
@@ -57,20 +59,20 @@ def resize_position_embedding(posemb, new_grid, num_prefix_tokens=1, old_grid=No
     """
     posemb = np.asarray(posemb)
     if posemb.ndim != 3 or posemb.shape[0] != 1:
-        raise ValueError(f"A position embedding has shape (1, tokens, width), got {posemb.shape}.")
+        raise UserError(f"A position embedding has shape (1, tokens, width), got {posemb.shape}.")
     if isinstance(new_grid, int):
         new_grid = (new_grid, new_grid)
     prefix, grid = posemb[:, :num_prefix_tokens], posemb[0, num_prefix_tokens:]
     if old_grid is None:
         side = math.isqrt(grid.shape[0])
         if side * side != grid.shape[0]:
-            raise ValueError(
+            raise UserError(
                 f"The position embedding has {grid.shape[0]} grid tokens (after {num_prefix_tokens} "
                 f"prefix token(s)), which is not a square grid: pass old_grid=(rows, cols)."
             )
         old_grid = (side, side)
     if old_grid[0] * old_grid[1] != grid.shape[0]:
-        raise ValueError(f"old_grid {old_grid} does not hold the {grid.shape[0]} grid tokens of the table.")
+        raise UserError(f"old_grid {old_grid} does not hold the {grid.shape[0]} grid tokens of the table.")
     grid = grid.reshape(old_grid[0], old_grid[1], -1).astype(np.float64)
     grid = _linear_resize_axis(grid, new_grid[0], axis=0)
     grid = _linear_resize_axis(grid, new_grid[1], axis=1)
@@ -90,7 +92,7 @@ def resize_relative_position_bias(table, new_grid) -> np.ndarray:
     a `new_grid` (rows, cols) (an int for a square): (heads, 2R'-1, 2C'-1)."""
     table = np.asarray(table)
     if table.ndim != 3 or table.shape[1] % 2 == 0 or table.shape[2] % 2 == 0:
-        raise ValueError(f"A relative-position bias table has shape (heads, 2*rows-1, 2*cols-1), got {table.shape}.")
+        raise UserError(f"A relative-position bias table has shape (heads, 2*rows-1, 2*cols-1), got {table.shape}.")
     rows, cols = (new_grid, new_grid) if isinstance(new_grid, int) else new_grid
     out = _linear_resize_axis(table.astype(np.float64), 2 * rows - 1, axis=1)
     return _linear_resize_axis(out, 2 * cols - 1, axis=2).astype(table.dtype)

@@ -19,6 +19,7 @@ from __future__ import annotations
 import os
 from typing import Optional
 
+from keras_vit.errors import UserError
 from keras_vit.weights.checkpoint import Checkpoint, infer_official_config, read_json, refuse_pickle
 
 _PICKLES = (".bin", ".pt", ".pth", ".ckpt", ".pkl")
@@ -68,14 +69,14 @@ def open_checkpoint(source, official_variant=None, model=None) -> Checkpoint:
 
             example = (f"'{source}:B/16', or a variant name with --weights {source}" if _console.COMMAND_LINE else
                        f"keras_vit.ViT_B16(weights={source!r}) or from_pretrained('{source}:B/16')")
-            raise ValueError(f"{source!r} names a family of official checkpoints; say which variant, e.g. {example}.")
+            raise UserError(f"{source!r} names a family of official checkpoints; say which variant, e.g. {example}.")
         path = hub.download(hub.checkpoint_url(official_variant, source))
         return _official(npz.read_npz(path), path, model)
     if ":" in source and source.split(":", 1)[0] in hub.CHECKPOINTS:  # "augreg-imagenet21k:B/16"
         name, variant = source.split(":", 1)
         return open_checkpoint(name, official_variant=variant)
     if not os.path.exists(source):
-        raise ValueError(
+        raise UserError(
             f"Checkpoint source {source!r} is neither an existing file nor a known checkpoint name. Pass a "
             f"local path (an official .npz, an HF transformers directory, a keras-hub preset directory, a timm "
             f"model.safetensors), 'hf:ORG/NAME', 'timm:NAME', 'kerashub:PRESET', or an official name "
@@ -99,9 +100,9 @@ def open_checkpoint(source, official_variant=None, model=None) -> Checkpoint:
         config = os.path.join(directory, "config.json")
         return read_timm(source, config if os.path.isfile(config) else None, source=source)
     if lower.endswith((".keras", ".h5")):
-        raise ValueError(f"{source!r} is a Keras file: load it with keras.models.load_model (a whole model) "
-                         f"or model.load_weights (.weights.h5), not as a checkpoint source.")
-    raise ValueError(f"{source!r} is not a checkpoint keras-vit reads: expected .npz, .safetensors or a directory.")
+        raise UserError(f"{source!r} is a Keras file: load it with keras.models.load_model (a whole model) "
+                        f"or model.load_weights (.weights.h5), not as a checkpoint source.")
+    raise UserError(f"{source!r} is not a checkpoint keras-vit reads: expected .npz, .safetensors or a directory.")
 
 
 def _official(params, where, model) -> Checkpoint:
@@ -155,7 +156,7 @@ def _open_directory(directory) -> Checkpoint:
     for name in ("pytorch_model.bin", "model.pt", "model.pth"):
         if os.path.isfile(os.path.join(directory, name)):
             refuse_pickle(os.path.join(directory, name))
-    raise ValueError(
+    raise UserError(
         f"{directory!r} is not a checkpoint directory keras-vit recognises: expected an HF transformers ViT "
         f"(config.json with model_type + model.safetensors), a keras-hub preset (config.json + "
         f"model.weights.h5) or a timm model (config.json with 'architecture' + model.safetensors)."
@@ -193,8 +194,8 @@ def from_pretrained(source, **overrides):
         model_args.setdefault("include_top", True)
     elif model_args.get("include_top", head is not None):
         if head is None:
-            raise ValueError(f"{checkpoint.source} has no classification head: pass num_classes=N for a new "
-                             f"zero head, or include_top=False for the features.")
+            raise UserError(f"{checkpoint.source} has no classification head: pass num_classes=N for a new "
+                            f"zero head, or include_top=False for the features.")
         model_args["num_classes"] = head
         model_args.setdefault("include_top", True)
     else:
@@ -215,7 +216,7 @@ def load_source(model, source) -> None:
     checkpoint = open_checkpoint(source, model=model)
     mine, theirs = model.config, checkpoint.config
     if (mine.gelu_approximate, mine.layer_norm_epsilon) != (theirs.gelu_approximate, theirs.layer_norm_epsilon):
-        raise ValueError(
+        raise UserError(
             f"{checkpoint.source} was trained with {_numerics(theirs)}, but the model uses {_numerics(mine)}, "
             f"so it would not reproduce the checkpoint's outputs. Build it with "
             f"gelu_approximate={theirs.gelu_approximate}, layer_norm_epsilon={theirs.layer_norm_epsilon!r}, or use "

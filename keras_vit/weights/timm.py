@@ -23,6 +23,7 @@ from typing import Dict, Optional
 import numpy as np
 
 from keras_vit.config import ViTConfig
+from keras_vit.errors import UserError
 from keras_vit.weights.checkpoint import (
     POSEMB_KEY,
     Checkpoint,
@@ -114,9 +115,9 @@ def _num_heads(architecture: Optional[str], width: int, depth: int, mlp: int, wh
     for config in VARIANTS.values():
         if (config.hidden_size, config.num_layers, config.mlp_dim) == (width, depth, mlp):
             return config.num_heads
-    raise ValueError(f"{where}: cannot tell the number of attention heads of a width-{width}, depth-{depth} timm "
-                     f"ViT (its architecture name is {architecture!r}); put timm's config.json (with "
-                     f"'architecture') next to model.safetensors.")
+    raise UserError(f"{where}: cannot tell the number of attention heads of a width-{width}, depth-{depth} timm "
+                    f"ViT (its architecture name is {architecture!r}); put timm's config.json (with "
+                    f"'architecture') next to model.safetensors.")
 
 
 def read_timm(weights_path, config_path=None, source=None) -> Checkpoint:
@@ -124,30 +125,30 @@ def read_timm(weights_path, config_path=None, source=None) -> Checkpoint:
     weights_path = os.fspath(weights_path)
     where = source or weights_path
     if not os.path.isfile(weights_path):
-        raise ValueError(f"{where}: no timm weights file {weights_path!r} (timm repos hold model.safetensors; "
-                         f"keras-vit never reads pytorch_model.bin pickles).")
+        raise UserError(f"{where}: no timm weights file {weights_path!r} (timm repos hold model.safetensors; "
+                        f"keras-vit never reads pytorch_model.bin pickles).")
     timm_config = read_json(config_path) if config_path else {}
     architecture = timm_config.get("architecture")
     tensors = read_safetensors(weights_path)
     for marker, what in _UNSUPPORTED:
         if any(marker in key or key.startswith(marker) for key in tensors):
-            raise ValueError(f"{where} ({architecture or 'timm ViT'}) has {what}, which keras-vit's ViT does not "
-                             f"compute; it cannot be loaded without changing its outputs.")
+            raise UserError(f"{where} ({architecture or 'timm ViT'}) has {what}, which keras-vit's ViT does not "
+                            f"compute; it cannot be loaded without changing its outputs.")
     if "patch_embed.proj.weight" not in tensors or "blocks.0.attn.qkv.weight" not in tensors:
         if "blocks.0.attn.proj.weight" in tensors:
-            raise ValueError(f"{where} has no fused qkv tensor (blocks.0.attn.qkv.weight); not a timm ViT layout "
-                             f"keras-vit maps.")
-        raise ValueError(f"{where} is not a timm VisionTransformer checkpoint (no patch_embed.proj.weight / "
-                         f"blocks.0.attn.qkv.weight).")
+            raise UserError(f"{where} has no fused qkv tensor (blocks.0.attn.qkv.weight); not a timm ViT layout "
+                            f"keras-vit maps.")
+        raise UserError(f"{where} is not a timm VisionTransformer checkpoint (no patch_embed.proj.weight / "
+                        f"blocks.0.attn.qkv.weight).")
     if "blocks.0.attn.qkv.bias" not in tensors:
-        raise ValueError(f"{where} was built with qkv_bias=False: keras-vit's attention always has query/key/"
-                         f"value biases, so this layout cannot be expressed.")
+        raise UserError(f"{where} was built with qkv_bias=False: keras-vit's attention always has query/key/"
+                        f"value biases, so this layout cannot be expressed.")
     has_cls = "cls_token" in tensors
     # "" (no pooling: a feature extractor) reads like the model's own pooling.
     pool = timm_config.get("global_pool") or ("token" if has_cls else "avg")
     if pool not in ("token", "avg", "") or (pool == "token") != has_cls:
-        raise ValueError(f"{where} pools with global_pool={pool!r} {'with' if has_cls else 'without'} a class "
-                         f"token; keras-vit reads the class token or averages a model without one.")
+        raise UserError(f"{where} pools with global_pool={pool!r} {'with' if has_cls else 'without'} a class "
+                        f"token; keras-vit reads the class token or averages a model without one.")
     proj = tensors["patch_embed.proj.weight"]  # (D, C, p, p)
     width, channels, patch = int(proj.shape[0]), int(proj.shape[1]), int(proj.shape[2])
     depth = len({int(m.group(1)) for k in tensors for m in [re.match(r"blocks\.(\d+)\.", k)] if m})
@@ -163,8 +164,8 @@ def read_timm(weights_path, config_path=None, source=None) -> Checkpoint:
     if "input_size" in pretrained:
         image_size = (int(pretrained["input_size"][1]), int(pretrained["input_size"][2]))
         if (image_size[0] // patch) * (image_size[1] // patch) != grid_tokens:
-            raise ValueError(f"{where}: pos_embed has {grid_tokens} grid tokens, which is not the "
-                             f"{image_size} input of its config; is it a no_embed_class model? (not supported)")
+            raise UserError(f"{where}: pos_embed has {grid_tokens} grid tokens, which is not the "
+                            f"{image_size} input of its config; is it a no_embed_class model? (not supported)")
     else:
         side = grid_side(grid_tokens, where) * patch
         image_size = (side, side)

@@ -12,6 +12,7 @@ head) and `compute_loss` (its own loss), and either pass an instance to
 
 from __future__ import annotations
 
+from keras_vit.errors import UserError
 from keras_vit.training.tasks.base import Task
 from keras_vit.training.tasks.classification import ClassificationTask
 from keras_vit.training.tasks.masked_patch import MaskedPatchTask
@@ -30,7 +31,7 @@ def make_task(config) -> Task:
     if name == ClassificationTask.name:
         name = RECIPE_TASKS.get(config.recipe.name, name)
     if name not in TASKS:
-        raise ValueError(f"Unknown task {name!r}; known tasks: {', '.join(sorted(TASKS))}.")
+        raise UserError(f"Unknown task {name!r}; known tasks: {', '.join(sorted(TASKS))}.")
     return TASKS[name].from_train_config(config)
 
 
