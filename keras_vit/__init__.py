@@ -35,7 +35,7 @@ _LAZY = {
     "load_weights": "keras_vit.weights",
     "resize_position_embedding": "keras_vit.weights",
     "save_weights": "keras_vit.weights",
-    "from_pretrained": "keras_vit.weights",
+    "from_pretrained": "keras_vit.pretrained",
     "save_pretrained": "keras_vit.weights",
     "ViT": "keras_vit.model",
     "preprocess_input": "keras_vit.model",

@@ -43,7 +43,7 @@ def open_model(source, labels=None) -> ModelSource:
     """
     path = os.fspath(source)
     if is_checkpoint(path):
-        from keras_vit.weights import from_pretrained
+        from keras_vit.pretrained import from_pretrained
 
         model = from_pretrained(path)
         return ModelSource(model, choose_labels(model, labels), _name(path), f"checkpoint {path}")

@@ -23,6 +23,7 @@ from typing import List, Optional, Sequence, Union
 
 from keras_vit import storage
 from keras_vit.errors import UserError
+from keras_vit.labels import check_labels, default_labels  # noqa: F401 - runs.check_labels, as before
 
 MODEL_FILE = "model.keras"
 CONFIG_FILE = "config.json"
@@ -171,19 +172,6 @@ def find_labels(path: PathLike) -> Optional[List[str]]:
         if isinstance(results.get(key), (list, dict)):
             return _names(results[key])
     return None
-
-
-def check_labels(labels: Sequence[str], num_classes: int) -> List[str]:
-    labels = [str(label) for label in labels]
-    if len(labels) != num_classes:
-        raise UserError(f"{len(labels)} labels for a model with {num_classes} classes.")
-    if any("\n" in label or "\r" in label for label in labels):
-        raise UserError("Labels cannot contain line breaks (they are kept one per line).")
-    return labels
-
-
-def default_labels(num_classes: int) -> List[str]:
-    return [str(i) for i in range(num_classes)]
 
 
 def write_labels(workdir: PathLike, labels: Optional[Sequence[str]], num_classes: int) -> str:

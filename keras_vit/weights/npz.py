@@ -148,16 +148,3 @@ def save_weights(model, path) -> str:
     storage.makedirs(storage.dirname(storage.abspath(path)))
     storage.write_bytes(path, lambda f: np.savez(f, **params))
     return path
-
-
-def load_weights(model, weights) -> None:
-    """Loads `weights` into `model`: a params dict in the official layout, or any
-    source keras_vit.from_pretrained reads: a path to an official-format `.npz`,
-    an official checkpoint name (see keras_vit.available_weights), an HF /
-    keras-hub / timm directory or file, "hf:ORG/NAME", "timm:NAME",
-    "kerashub:PRESET". Every source ends in load_checkpoint."""
-    from keras_vit.weights.sources import load_source
-
-    if isinstance(weights, Mapping):
-        return load_checkpoint(model, weights)
-    load_source(model, weights)

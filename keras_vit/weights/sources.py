@@ -11,13 +11,14 @@
     "kerashub:PRESET"                   keras-hub's own downloader -> kerashub
 
 Every adapter returns the same Checkpoint (config + official-layout params);
-`from_pretrained` builds the model from it and the one strict loader assigns.
+`keras_vit.pretrained.from_pretrained` builds the model from it (above the model
+in the layering: nothing here imports it) and the one strict loader assigns.
 """
 
 from __future__ import annotations
 
 import os
-from typing import Optional
+from typing import Mapping, Optional
 
 from keras_vit.errors import UserError
 from keras_vit.weights.checkpoint import Checkpoint, infer_official_config, read_json, refuse_pickle
@@ -163,50 +164,6 @@ def _open_directory(directory) -> Checkpoint:
     )
 
 
-_MODEL_ARGS = ("image_size", "num_classes", "include_top", "include_preprocessing", "classifier_activation",
-               "num_channels", "name", "trainable", "dtype")
-
-
-def from_pretrained(source, **overrides):
-    """A keras_vit.ViT built from a checkpoint's own config, its weights loaded.
-
-    Args:
-        source: any checkpoint source (see keras_vit.weights.sources).
-        image_size: another input size; the position embedding is resized.
-        num_classes: a new zero-initialised head of that many classes (the
-            checkpoint's head is kept when this is omitted or equal).
-        include_top: False drops the head.
-        **overrides: other ViT arguments (include_preprocessing, ...) and
-            ViTConfig fields (dropout_rate, ...).
-
-    The checkpoint's class names, when it has them, are kept as `model.labels`.
-    """
-    from keras_vit.model import ViT
-    from keras_vit.weights.npz import load_checkpoint
-
-    checkpoint = open_checkpoint(source)
-    model_args = {k: overrides.pop(k) for k in _MODEL_ARGS if k in overrides}
-    config = checkpoint.config.replace(**overrides) if overrides else checkpoint.config
-    model_args.setdefault("image_size", checkpoint.image_size)
-    model_args.setdefault("num_channels", checkpoint.num_channels)
-    head = checkpoint.num_classes
-    if "num_classes" in model_args and model_args["num_classes"] is not None:
-        model_args.setdefault("include_top", True)
-    elif model_args.get("include_top", head is not None):
-        if head is None:
-            raise UserError(f"{checkpoint.source} has no classification head: pass num_classes=N for a new "
-                            f"zero head, or include_top=False for the features.")
-        model_args["num_classes"] = head
-        model_args.setdefault("include_top", True)
-    else:
-        model_args["include_top"] = False
-    model = ViT(config, **model_args)
-    load_checkpoint(model, checkpoint.params)
-    if model.include_top and model.num_classes == head:
-        model.labels = checkpoint.labels
-    return model
-
-
 def load_source(model, source) -> None:
     """`weights=` of the constructors: any source, into a model whose architecture is given.
     The strict loader checks every tensor against it; a foreign source must also have the
@@ -231,3 +188,15 @@ def _numerics(config) -> str:
     gelu = "tanh GELU" if config.gelu_approximate else "exact GELU"
     return f"{gelu} and LayerNorm eps {config.layer_norm_epsilon:g}"
 
+
+def load_weights(model, weights) -> None:
+    """Loads `weights` into `model`: a params dict in the official layout, or any
+    source keras_vit.from_pretrained reads: a path to an official-format `.npz`,
+    an official checkpoint name (see keras_vit.available_weights), an HF /
+    keras-hub / timm directory or file, "hf:ORG/NAME", "timm:NAME",
+    "kerashub:PRESET". Every source ends in load_checkpoint."""
+    from keras_vit.weights.npz import load_checkpoint
+
+    if isinstance(weights, Mapping):
+        return load_checkpoint(model, weights)
+    load_source(model, weights)
