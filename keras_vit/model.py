@@ -459,7 +459,10 @@ def rematerialize_blocks(model, enabled: bool = True) -> int:
     activation memory of the encoder falls from all blocks' internals to one
     block's, for about one more forward pass per step. Returns the number of
     blocks. Outputs and gradients are unchanged (dropout masks included)."""
-    return _set_on_every(model, vit_layers.EncoderBlock, "rematerialize", bool(enabled))
+    blocks = encoder_blocks(model)
+    for block in blocks:
+        block.rematerialize = bool(enabled)
+    return len(blocks)
 
 
 def fuse_gelu(model, enabled: bool = True) -> int:
@@ -467,16 +470,29 @@ def fuse_gelu(model, enabled: bool = True) -> int:
     training on TensorFlow (MlpBlock.fused_gelu, keras_vit.layers.fused):
     for steps that are not XLA-compiled. Returns the number of MLP blocks.
     Outputs and gradients are unchanged up to float32 rounding."""
-    return _set_on_every(model, vit_layers.MlpBlock, "fused_gelu", bool(enabled))
+    mlps = [block.mlp for block in encoder_blocks(model)]
+    for mlp in mlps:
+        mlp.fused_gelu = bool(enabled)
+    return len(mlps)
 
 
-def _set_on_every(model, layer_class, attribute, value) -> int:
-    """Sets a training-only switch on every `layer_class` layer inside `model`."""
-    layers = [layer for layer in model._flatten_layers(include_self=True, recursive=True)
-              if isinstance(layer, layer_class)]
-    for layer in layers:
-        setattr(layer, attribute, value)
-    return len(layers)
+def encoder_blocks(model) -> list:
+    """Every EncoderBlock of the ViTs in `model` (the model itself, or ViTs
+    nested in it as layers, e.g. a task's wrapper), in order, from each
+    encoder's own list of its blocks: no walk through Keras' private layer
+    tracking."""
+    return [block for vit in _vits_in(model) for block in vit.encoder.blocks]
+
+
+def _vits_in(model, seen=None) -> list:
+    seen = set() if seen is None else seen
+    if id(model) in seen:
+        return []
+    seen.add(id(model))
+    if isinstance(model, ViT):
+        return [model]
+    # keras.Model.layers (public) lists a model's direct sub-layers, subclassed models' included.
+    return [vit for layer in getattr(model, "layers", ()) for vit in _vits_in(layer, seen)]
 
 
 def embed_images(images, preprocessing, resnet, patch_embedding, class_token, position_embedding,

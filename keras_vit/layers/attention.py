@@ -7,6 +7,7 @@ from keras import ops
 
 from keras_vit.layers.position_embedding_2d import grid_tuple
 from keras_vit.layers.relative_position_bias import RelativePositionBias
+from keras_vit.layers.stochastic_depth import seed_generators_of
 
 
 @keras.saving.register_keras_serializable(package="keras_vit")
@@ -81,6 +82,11 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         self.out.build((input_shape[0], input_shape[1], self.num_heads, self.head_dim))
         if self.relative_position_bias is not None:
             self.relative_position_bias.build(input_shape)
+
+    @property
+    def seed_generators(self):
+        """The random state of this layer's dropout (what EncoderBlock's remat rewinds)."""
+        return seed_generators_of(self.dropout)
 
     def call(self, x, training=False, return_attention_scores=False):
         q, k, v = self.query(x), self.key(x), self.value(x)  # each (B, N, heads, head_dim)

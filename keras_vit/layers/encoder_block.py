@@ -5,7 +5,7 @@ import keras
 from keras_vit.layers.attention import MultiHeadSelfAttention
 from keras_vit.layers.mlp import MlpBlock
 from keras_vit.layers.position_embedding_2d import grid_tuple
-from keras_vit.layers.stochastic_depth import StochasticDepth
+from keras_vit.layers.stochastic_depth import StochasticDepth, seed_generators_of
 
 # The official code uses Flax's LayerNorm default; Keras' default is 1e-3.
 LAYER_NORM_EPSILON = 1e-6
@@ -58,6 +58,12 @@ class EncoderBlock(keras.layers.Layer):
         for layer in (self.attention_norm, self.attention, self.mlp_norm, self.mlp):
             layer.build(input_shape)
 
+    @property
+    def seed_generators(self):
+        """Every random state the block draws from: attention dropout, the
+        MLP's dropout, the dropout after attention, stochastic depth."""
+        return seed_generators_of(self.attention, self.mlp, self.dropout, self.drop_path)
+
     # Set by the trainer (keras_vit.training, TrainConfig.remat) to trade time
     # for memory; not part of the config: it changes no output or gradient.
     rematerialize = False
@@ -76,8 +82,10 @@ class EncoderBlock(keras.layers.Layer):
         the forward pass drew, so every random state in the block is rewound
         to where it stood when the forward pass began (Keras' own remat would
         draw new masks, and the gradients would belong to another network).
+        The block lists those states itself (`seed_generators`), and a test
+        checks the list against every SeedGenerator the block holds.
         """
-        states = [generator.state for layer in self._flatten_layers() for generator in layer._seed_generators]
+        states = [generator.state for generator in self.seed_generators]
         start = [state.value for state in states]
 
         def forward(x, *start):

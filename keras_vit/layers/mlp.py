@@ -3,6 +3,7 @@
 import keras
 
 from keras_vit.layers import fused
+from keras_vit.layers.stochastic_depth import seed_generators_of
 
 
 @keras.saving.register_keras_serializable(package="keras_vit")
@@ -22,6 +23,11 @@ class MlpBlock(keras.layers.Layer):
         self.dropout_rate = float(dropout_rate)
         self.gelu_approximate = bool(gelu_approximate)
         self.dropout = keras.layers.Dropout(self.dropout_rate, dtype=self.dtype_policy)
+
+    @property
+    def seed_generators(self):
+        """The random state of this layer's dropout (what EncoderBlock's remat rewinds)."""
+        return seed_generators_of(self.dropout)
 
     def build(self, input_shape):
         bias_init = keras.initializers.RandomNormal(stddev=1e-6)

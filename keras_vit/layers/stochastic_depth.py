@@ -18,6 +18,11 @@ class StochasticDepth(keras.layers.Layer):
         self.seed = seed
         self.seed_generator = keras.random.SeedGenerator(seed)
 
+    @property
+    def seed_generators(self):
+        """The random state this layer draws from (see `seed_generators_of`)."""
+        return [self.seed_generator]
+
     def call(self, x, training=False):
         if not training or self.rate == 0.0:
             return x
@@ -31,3 +36,17 @@ class StochasticDepth(keras.layers.Layer):
 
     def get_config(self):
         return {**super().get_config(), "rate": self.rate, "seed": self.seed}
+
+
+def seed_generators_of(*layers):
+    """The keras.random.SeedGenerators that `layers` draw their randomness from,
+    by explicit bookkeeping: our layers list theirs in `seed_generators`; Keras'
+    Dropout has a public `seed_generator` (only when its rate is above 0: it
+    draws nothing otherwise). EncoderBlock's remat rewinds exactly these."""
+    found = []
+    for layer in layers:
+        if hasattr(layer, "seed_generators"):
+            found.extend(layer.seed_generators)
+        elif getattr(layer, "seed_generator", None) is not None:
+            found.append(layer.seed_generator)
+    return found

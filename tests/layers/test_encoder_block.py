@@ -75,9 +75,8 @@ def _twin_blocks(rng, shape):
         block = EncoderBlock(num_heads=4, mlp_dim=64, dropout_rate=0.2, attention_dropout_rate=0.3,
                              stochastic_depth_rate=0.4)
         block.build(shape)
-        for i, layer in enumerate(block._flatten_layers()):  # the same seeds in both twins
-            for j, generator in enumerate(layer._seed_generators):
-                generator.state.assign(np.array([1000 + 10 * i + j, 7], generator.state.dtype))
+        for i, generator in enumerate(block.seed_generators):  # the same seeds in both twins
+            generator.state.assign(np.array([1000 + i, 7], generator.state.dtype))
         blocks.append(block)
     randomise(blocks[0], rng)
     blocks[1].set_weights(blocks[0].get_weights())
@@ -99,10 +98,49 @@ def test_rematerialised_block_has_the_same_outputs_and_gradients_with_dropout(rn
             scale = _largest(g0)  # summation orders differ: tolerance relative to the largest gradient
             for a, b in zip(g0, g1):
                 np.testing.assert_allclose(np.asarray(b), np.asarray(a), rtol=1e-4, atol=1e-5 * scale)
-        states = lambda block: [np.asarray(g.state) for layer in block._flatten_layers()  # noqa: E731
-                                for g in layer._seed_generators]
+        states = lambda block: [np.asarray(g.state) for g in held_seed_generators(block)]  # noqa: E731
+        assert len(states(plain)) == 4
         for a, b in zip(states(plain), states(remat)):  # each state advanced once per step, not twice
             np.testing.assert_array_equal(a, b)
+
+
+def held_seed_generators(layer, seen=None):
+    """Every keras.random.SeedGenerator reachable from `layer`'s attributes, found
+    without Keras' layer tracking: the oracle for EncoderBlock.seed_generators."""
+    import keras
+
+    seen = set() if seen is None else seen
+    found = []
+    values = list(vars(layer).values())
+    while values:
+        value = values.pop(0)
+        if id(value) in seen:
+            continue
+        seen.add(id(value))
+        if isinstance(value, keras.random.SeedGenerator):
+            found.append(value)
+        elif isinstance(value, keras.layers.Layer):
+            found.extend(held_seed_generators(value, seen))
+        elif isinstance(value, (list, tuple)):
+            values.extend(value)
+        elif isinstance(value, dict):
+            values.extend(value.values())
+    return found
+
+
+@pytest.mark.parametrize("rates", [(0.2, 0.3, 0.4), (0.0, 0.3, 0.0), (0.2, 0.0, 0.4), (0.0, 0.0, 0.0)])
+def test_the_block_lists_every_random_state_it_holds(rates):
+    # The remat rewind assigns exactly block.seed_generators: one left out would
+    # draw a new mask in the backward pass, and the gradients would silently differ.
+    dropout, attention_dropout, drop_path = rates
+    block = EncoderBlock(num_heads=4, mlp_dim=64, dropout_rate=dropout, attention_dropout_rate=attention_dropout,
+                         stochastic_depth_rate=drop_path)
+    block.build((2, 9, 32))
+    listed, held = block.seed_generators, held_seed_generators(block)
+    assert len({id(g) for g in listed}) == len(listed)
+    assert {id(g) for g in listed} == {id(g) for g in held}
+    # dropout after attention, the MLP's dropout (both dropout_rate), attention dropout, stochastic depth
+    assert len(listed) == 2 * (dropout > 0) + (attention_dropout > 0) + 1
 
 
 def test_rematerialised_block_recomputes_its_forward_pass_for_the_gradient(rng):
