@@ -48,11 +48,22 @@ def resolve_jit_compile(config, strategy) -> bool:
 
 def _reduce_once(optimizer) -> None:
     """Makes `optimizer.apply` take gradients that are already summed over the
-    replicas. Keras has no public switch for this (Keras 2 had
-    `experimental_aggregate_gradients=False`): the TF optimizer's hook is
-    replaced on this instance. tests/test_training_steps.py counts the
-    all-reduces of a traced two-replica step, so a Keras that renames the
-    hook fails there, not silently."""
+    replicas, by replacing the TF optimizer's private `_all_reduce_sum_gradients`
+    on this instance with the identity.
+
+    Why a private hook (Keras 3.15): the TF optimizer all-reduces in `apply`
+    whenever it runs in a replica context, and has no public switch (Keras 2's
+    `experimental_aggregate_gradients=False` is gone). The public way around,
+    calling `apply` in a cross-replica context (a `merge_call`, where the
+    optimizer skips its sum), does not hold for the mixed_float16 trainer:
+    `LossScaleOptimizer.apply` refuses a cross-replica context ("apply() must
+    be called in a replica context") and applies its inner optimizer back in
+    each replica, where the sum would be made again. Summing twice would
+    multiply the gradients by the number of replicas (or cost a second
+    all-reduce to divide out), so the hook stays, checked twice: here (a
+    Keras without it stops at build, before any step) and by
+    tests/test_training_distributed.py, which counts the all-reduces of a
+    traced two-replica step."""
     inner = getattr(optimizer, "inner_optimizer", optimizer)
     if not hasattr(inner, "_all_reduce_sum_gradients"):
         raise RuntimeError("This Keras' TF optimizer has no _all_reduce_sum_gradients: the trainer cannot "
