@@ -40,7 +40,7 @@ def find_vit(model) -> ViT:
     for layer in getattr(model, "layers", []):
         try:
             return find_vit(layer)
-        except ValueError:
+        except UserError:  # no ViT in this branch: try the next
             continue
     raise UserError(f"{model.name} contains no keras_vit.ViT to take encoder weights from.")
 
