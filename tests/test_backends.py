@@ -56,6 +56,7 @@ def run_backend(backend, tensorflow_side):
     return json.loads((tmp / f"{backend}.json").read_text()), cases
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("backend", ["jax", "torch"])
 def test_same_logits_and_portable_keras_files(backend, tensorflow_side):
     _, _, images, expected = tensorflow_side

@@ -115,6 +115,7 @@ def test_keras_vit_bench_passes_every_option_through():
     assert full.rounds == 1 and full.train_cases == ["S/16@224", "B/16@224"] and full.train_batches == [16, 64]
 
 
+@pytest.mark.slow
 def test_smallest_real_run_has_trainer_rows(tmp_path):
     output = tmp_path / "bench.json"
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=ROOT)
@@ -188,6 +189,7 @@ def test_attention_share_of_the_flops_grows_with_resolution():
     assert bench_core.attention_share("S/16", 384) > bench_core.attention_share("S/16", 224)
 
 
+@pytest.mark.slow
 def test_decompose_and_fused_ab_run_on_the_smallest_model(tmp_path):
     import decompose
     import fused_ab

@@ -288,6 +288,7 @@ def test_variants_output_is_the_docs_table(capsys):
 
 # --- Ctrl-C and checkpoint write errors (#13 item 4) --------------------------------------------------------
 
+@pytest.mark.slow
 def test_ctrl_c_checkpoints_and_resuming_equals_an_uninterrupted_run(tmp_path):
     settings = [*TRAIN, "--steps", "40", "--checkpoint-every", "1", "--keep-checkpoints", "1",
                 "--deterministic", "--dropout-rate", "0.1"]

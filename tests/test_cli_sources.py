@@ -58,6 +58,7 @@ def predicted_labels(out):
 
 # --- 3. labels belong to the model ----------------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_labels_survive_keras_save_and_reach_every_export_22_3(hf_dir, photo, tmp_path, capsys):
     """#22.3: from_pretrained's labels stay in the .keras file and reach predict, SavedModel, TFLite and HF."""
     model = keras_vit.from_pretrained(str(hf_dir))
@@ -179,6 +180,7 @@ def tiny_keras(tmp_path_factory):
     return path
 
 
+@pytest.mark.slow
 def test_an_existing_export_is_refused_or_replaced_as_a_whole_22_6(tiny_keras, tmp_path, capsys):
     """#22.6: a folder holding an export is refused without --overwrite and replaced as one unit with it;
     --out naming a file, or a folder of other files, is refused in words."""
@@ -211,6 +213,7 @@ def test_an_existing_export_is_refused_or_replaced_as_a_whole_22_6(tiny_keras, t
 
 # --- 8. the default formats are what the installation can write -------------------------------------------------
 
+@pytest.mark.slow
 def test_default_formats_skip_a_missing_extra_22_8(tmp_path, capsys, monkeypatch):
     """#22.8: without the onnx extra the default export writes every other format and says, in one line,
     which was skipped and the pip command that adds it."""

@@ -25,6 +25,7 @@ def run_quick(module, tmp_path):
     return report, table
 
 
+@pytest.mark.slow
 def test_position_embeddings_quick(tmp_path):
     report, table = run_quick(position_embeddings, tmp_path)
     arms = {(row["task"], row["position_embedding"]) for row in report["rows"]}
@@ -32,6 +33,7 @@ def test_position_embeddings_quick(tmp_path):
     assert "| none |" in table and "| relative |" in table and "61.38" in table  # the paper's column
 
 
+@pytest.mark.slow
 def test_class_token_vs_gap_quick(tmp_path):
     report, table = run_quick(class_token_vs_gap, tmp_path)
     arms = {(row["classifier"], row["learning_rate"]) for row in report["rows"]}
@@ -39,6 +41,7 @@ def test_class_token_vs_gap_quick(tmp_path):
     assert "class token" in table and "GAP" in table and "**" in table  # each head's best is marked
 
 
+@pytest.mark.slow
 def test_hybrid_vs_plain_quick(tmp_path):
     report, table = run_quick(hybrid_vs_plain, tmp_path)
     rows = {(row["architecture"], row["steps"]): row for row in report["rows"]}

@@ -18,6 +18,9 @@ from keras_vit.export import data as data_lib
 from keras_vit.export import saved_model as saved_model_lib
 from keras_vit.export import serving, validate
 
+# Markers (setup.cfg): multi-process / long end-to-end runs stay out of `make test-fast`.
+pytestmark = [pytest.mark.slow]
+
 NUM_TRAIN, NUM_CALIBRATION, NUM_VALIDATION = 3500, 200, 600
 
 

@@ -156,6 +156,7 @@ def test_converter_chatter_is_dropped_and_the_rest_kept_22_9(capfd):
     assert "a real problem" in err and not EXPORT_NOISE.search(err), err
 
 
+@pytest.mark.slow
 def test_export_prints_no_converter_chatter_and_warns_in_one_line_22_9(saved, tmp_path):
     """#22.9: a real `keras-vit export` (TFLite float and int8, ONNX) on a folder with a broken file."""
     model, workdir = saved

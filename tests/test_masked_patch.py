@@ -181,6 +181,7 @@ def mnist_run(tmp_path_factory):
     return config, train(config, task=task), task
 
 
+@pytest.mark.slow
 def test_short_mnist_run_gives_better_few_shot_features_than_random_init(mnist_run):
     config, results, task = mnist_run
     with open(os.path.join(config.workdir, "results.json")) as f:
@@ -196,6 +197,7 @@ def test_short_mnist_run_gives_better_few_shot_features_than_random_init(mnist_r
     assert min(gains) > 0.03 and np.mean(gains) > 0.05, (pretrained, random_init)
 
 
+@pytest.mark.slow
 def test_exported_model_is_a_vit_whose_encoder_loads_for_fine_tuning(mnist_run):
     config, results, task = mnist_run
     exported = keras.models.load_model(results["model_path"], compile=False)

@@ -258,6 +258,7 @@ def test_export_validation_data_on_remote_storage(ram):
     assert export_data.load(storage.join(ram, "pixels.npz"), (8, 8), 3).images.shape == (2, 8, 8, 3)
 
 
+@pytest.mark.slow
 def test_train_resume_and_export_with_the_workdir_and_the_images_on_ram(ram, tmp_path):
     # Issue #21 item 5: a whole round trip on a non-local filesystem.
     from keras_vit import export as export_lib

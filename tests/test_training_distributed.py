@@ -8,8 +8,12 @@ import subprocess
 import sys
 
 import numpy as np
+import pytest
 
 from tests.training_helpers import checkpoint_arrays
+
+# Markers (setup.cfg): multi-process / long end-to-end runs stay out of `make test-fast`.
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("cluster")]
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TIMEOUT = 240

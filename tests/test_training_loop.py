@@ -73,6 +73,7 @@ def test_accumulation_equals_the_large_batch(tmp_path):
     assert one["eval"]["loss"] == pytest.approx(two["eval"]["loss"], rel=1e-5)
 
 
+@pytest.mark.slow
 def test_remat_trains_the_same_network_in_the_same_steps(tmp_path):
     # Dropout and stochastic depth on, XLA as by default: rematerialised
     # blocks must recompute with the masks of the forward pass.
