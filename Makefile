@@ -14,6 +14,9 @@ XDIST := -n $(WORKERS) --dist loadgroup
 $(STAMP): setup.cfg pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
+	# A venv made before the rename holds this checkout as "keras-vit": drop it so
+	# the two names do not share (and later remove) the keras-vit command.
+	$(PY) -m pip uninstall --quiet --yes keras-vit 2>/dev/null || true
 	# all: every optional feature the tests exercise; test: pytest, xdist and
 	# the independent references (scipy, scikit-learn); docs: mkdocs build --strict;
 	# reference: torch==2.13.0 (CPU) and transformers for the fidelity tests;
