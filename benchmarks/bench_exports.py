@@ -31,7 +31,7 @@ def tflite_artifacts(model, formats, scratch, calibration, reference, min_agreem
     """{format: (bytes, notes)} through keras_vit.export's own converters:
     one SavedModel source (pixels 0..255 in, probabilities out) for every
     TFLite kind, tf2onnx for ONNX."""
-    from keras_vit.export import onnx_model, tflite
+    from keras_vit.export import onnx_model, tflite, tflite_int8
 
     source = os.path.join(scratch, "tflite_source")
     out = {}
@@ -48,7 +48,8 @@ def tflite_artifacts(model, formats, scratch, calibration, reference, min_agreem
                 tflite.write_source(model, source)
             # min_agreement 0 keeps the first plan, "all int8": a full-integer model.
             out[fmt] = tflite.convert(source, fmt, calibration, reference,
-                                      max_accuracy_drop=1.0, min_agreement=min_agreement)
+                                      max_accuracy_drop=1.0, min_agreement=min_agreement,
+                                      quantize=tflite_int8.quantize)
         log(f"  converted {fmt} in {time.perf_counter() - start:.0f} s")
     return out
 

@@ -42,6 +42,7 @@ from pathlib import Path
 import numpy as np
 
 from keras_vit import storage
+from keras_vit.errors import UserError
 
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".gif", ".webp", ".tif", ".tiff", ".ppm", ".pgm")
 
@@ -147,7 +148,7 @@ def convert_channels(pixels, num_channels):
             weighted = x.astype(np.int64) @ np.array(_LUMA_FIXED, np.int64)
             return ((weighted + 32768) >> 16).astype(x.dtype)[..., None]
         return (x.astype(np.float64) @ _LUMA).astype(x.dtype)[..., None]
-    raise ValueError(f"Cannot convert {channels}-channel images for a {num_channels}-channel model.")
+    raise UserError(f"Cannot convert {channels}-channel images for a {num_channels}-channel model.")
 
 
 def _convert_channels_tf(image, num_channels):
@@ -155,7 +156,7 @@ def _convert_channels_tf(image, num_channels):
 
     channels = image.shape[-1]
     if channels is None:
-        raise ValueError("The number of channels must be known.")
+        raise UserError("The number of channels must be known.")
     if channels in (2, 4):
         image, channels = image[..., :channels - 1], channels - 1
     if channels == num_channels:
@@ -168,7 +169,7 @@ def _convert_channels_tf(image, num_channels):
             return tf.cast(tf.bitwise.right_shift(weighted + 32768, 16), image.dtype)[..., None]
         luma = tf.tensordot(tf.cast(image, tf.float64), tf.constant(_LUMA, tf.float64), axes=1)
         return tf.cast(luma, image.dtype)[..., None]
-    raise ValueError(f"Cannot convert {channels}-channel images for a {num_channels}-channel model.")
+    raise UserError(f"Cannot convert {channels}-channel images for a {num_channels}-channel model.")
 
 
 def _is_tensor(x):
@@ -208,7 +209,7 @@ def to_model_pixels(images, image_size, num_channels):
     if x.ndim == 3:  # (B, H, W) grayscale
         x = x[..., None]
     if x.ndim != 4:
-        raise ValueError(f"Expected images (B, H, W, C) or (B, H, W), got shape {x.shape}.")
+        raise UserError(f"Expected images (B, H, W, C) or (B, H, W), got shape {x.shape}.")
     x = convert_channels(x, num_channels)
     x = resize(x, image_size) if len(x) else x.reshape(0, *image_size, num_channels)
     return np.clip(np.asarray(x, np.float32), 0.0, 255.0)
@@ -241,7 +242,7 @@ def load_image(path, image_size, num_channels=3):
     OSError or ValueError for a missing, unreadable or truncated file.
     """
     if num_channels not in (1, 3):
-        raise ValueError(f"Cannot read image files for a model with {num_channels} channels.")
+        raise UserError(f"Cannot read image files for a model with {num_channels} channels.")
     pixels = to_model_pixels(decode(path, num_channels)[None], image_size, num_channels)[0]
     return np.round(pixels).astype(np.uint8)
 

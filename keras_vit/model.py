@@ -10,6 +10,7 @@ from keras_vit import layers as vit_layers
 from keras_vit.config import ViTConfig
 from keras_vit.labels import check_labels
 from keras_vit.variants import canonical_name, get_variant
+from keras_vit.errors import UserError
 
 
 # What a model takes, by whether it scales pixels itself (ViT.input_range).
@@ -35,7 +36,7 @@ def _image_size(image_size):
         return (image_size, image_size)
     size = tuple(int(s) for s in image_size)
     if len(size) != 2:
-        raise ValueError(f"image_size must be an int or (height, width), got {image_size!r}.")
+        raise UserError(f"image_size must be an int or (height, width), got {image_size!r}.")
     return size
 
 
@@ -103,15 +104,15 @@ class ViT(keras.Model):
         height, width = _image_size(image_size)
         stride = config.total_stride
         if height % stride or width % stride:
-            raise ValueError(
+            raise UserError(
                 f"image_size {(height, width)} is not divisible by the patch size {stride}"
                 f"{' (patch size x ResNet stride)' if config.resnet else ''}: use a multiple of "
                 f"{stride}, e.g. {max(1, round(height / stride)) * stride}."
             )
         if int(num_channels) < 1:
-            raise ValueError(f"num_channels must be positive, got {num_channels}.")
+            raise UserError(f"num_channels must be positive, got {num_channels}.")
         if include_top and (num_classes is None or int(num_classes) < 1):
-            raise ValueError(f"num_classes must be a positive integer when include_top=True, got {num_classes!r}.")
+            raise UserError(f"num_classes must be a positive integer when include_top=True, got {num_classes!r}.")
 
         # === Layers ===
         preprocessing = (
@@ -255,7 +256,7 @@ class ViT(keras.Model):
         # a run folder's labels.txt): a saved model never carries names that do
         # not fit its head.
         if names is not None and not self.include_top:
-            raise ValueError(f"{self.name} has no classification head (include_top=False): it has no labels.")
+            raise UserError(f"{self.name} has no classification head (include_top=False): it has no labels.")
         self._labels = None if names is None else tuple(check_labels(names, self.num_classes))
 
     # --- what the model is: each rule's one home, read by export, predict, inspection and weights ---------
@@ -354,7 +355,7 @@ class ViT(keras.Model):
             return
         low, high = bounds
         if low >= 0 and high > PIXELS_ABOVE:
-            raise ValueError(
+            raise UserError(
                 f"{self.name} takes images in {MODEL_RANGE}, but got values from {low:g} to {high:g}, which look "
                 f"like pixels {PIXEL_RANGE}: pass keras_vit.preprocess_input(pixels), or use "
                 f"model.with_preprocessing() for a model that takes {PIXEL_RANGE} (set model.check_input_range = "
@@ -382,13 +383,13 @@ class ViT(keras.Model):
         # A clearer error than Keras' generic input-spec mismatch.
         shape = getattr(inputs, "shape", None)
         if shape is not None and len(shape) == 4 and shape[-1] is not None and shape[-1] != self.num_channels:
-            raise ValueError(
+            raise UserError(
                 f"{self.name} expects images with {self.num_channels} channels (NHWC), got shape "
                 f"{tuple(shape)}. Convert grayscale/RGBA images to RGB, or build the model with "
                 f"num_channels={shape[-1]}."
             )
         if shape is not None and len(shape) != 4:
-            raise ValueError(
+            raise UserError(
                 f"{self.name} expects a batch of NHWC images (4 dimensions), got shape {tuple(shape)}."
             )
         self._check_input_range(inputs)

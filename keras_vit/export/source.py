@@ -6,6 +6,7 @@ Resolves to the Keras model, its class labels and a name for the artifacts.
 from __future__ import annotations
 
 import dataclasses
+from keras_vit.errors import UserError
 import os
 import re
 from typing import List
@@ -77,7 +78,7 @@ def _from_variant(variant, weights, image_size, num_classes, num_channels):
         raise FileNotFoundError(f"{variant!r} is neither a model file, a workdir nor a variant, nor a checkpoint "
                                 f"name ('hf:ORG/NAME', 'kerashub:PRESET', 'imagenet21k:B/16', ...). {error}") from None
     if weights is None:
-        raise ValueError(f"Exporting variant {variant!r} needs weights (an .npz path or a checkpoint name): "
+        raise UserError(f"Exporting variant {variant!r} needs weights (an .npz path or a checkpoint name): "
                          f"an export of random weights is of no use.")
     return ViT(variant, image_size=image_size or 224, num_classes=num_classes or 1000, weights=weights,
                num_channels=num_channels or 3)
@@ -85,14 +86,14 @@ def _from_variant(variant, weights, image_size, num_classes, num_channels):
 
 def _check_model(model):
     if len(model.inputs) != 1 or len(model.outputs) != 1:
-        raise ValueError(f"Export needs a model with one image input and one output; {model.name} has "
+        raise UserError(f"Export needs a model with one image input and one output; {model.name} has "
                          f"{len(model.inputs)} inputs and {len(model.outputs)} outputs.")
     shape = tuple(model.inputs[0].shape)
     if len(shape) != 4 or any(d is None for d in shape[1:]):
-        raise ValueError(f"Export needs a fixed input size (batch, height, width, channels); {model.name} takes "
+        raise UserError(f"Export needs a fixed input size (batch, height, width, channels); {model.name} takes "
                          f"{shape}.")
     if len(model.outputs[0].shape) != 2 or getattr(model, "include_top", True) is False:
-        raise ValueError(f"Export needs class scores (batch, classes); {model.name} returns "
+        raise UserError(f"Export needs class scores (batch, classes); {model.name} returns "
                          f"{tuple(model.outputs[0].shape)} (was it built with include_top=False?).")
 
 

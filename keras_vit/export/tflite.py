@@ -20,7 +20,7 @@ from typing import Dict, List, Optional
 import numpy as np
 
 from keras_vit import storage
-from keras_vit.errors import require
+from keras_vit.errors import CannotContinue, UserError, require
 from keras_vit.export.format import EXACT, Build, ExportFormat
 
 KINDS = {
@@ -36,17 +36,17 @@ SOURCE_DIR = "tflite_source"  # in the shared scratch folder: one converter sour
 FOREIGN_OPS = ("CUSTOM", "DELEGATE")  # besides Flex*: ops a phone's builtin-only runtime lacks
 
 
-class UnsupportedOpsError(RuntimeError):
-    pass
+class UnsupportedOpsError(CannotContinue):
+    """The converted model holds ops a builtin-only TFLite runtime lacks (Flex, custom, delegate)."""
 
 
 def check(model, kind):
     if kind not in KINDS:
-        raise ValueError(f"Unknown TFLite kind {kind!r}; known: {', '.join(KINDS)}.")
+        raise UserError(f"Unknown TFLite kind {kind!r}; known: {', '.join(KINDS)}.")
     require("ai_edge_litert", "tflite", "TFLite export (validated with the LiteRT interpreter)")
     bytes_needed = model.count_params() * BYTES_PER_PARAMETER[kind]
     if bytes_needed >= FLATBUFFER_LIMIT:
-        raise ValueError(f"{model.name} has {model.count_params():,} parameters: as {kind} that is "
+        raise UserError(f"{model.name} has {model.count_params():,} parameters: as {kind} that is "
                          f"{bytes_needed / 2**30:.1f} GiB, over the 2 GiB a TFLite flatbuffer can hold.")
 
 
@@ -68,12 +68,13 @@ def write_source(model, path):
 
 
 def convert(source_dir, kind, calibration=None, reference=None, max_accuracy_drop=0.005,
-            min_agreement=0.99) -> (bytes, Dict):
+            min_agreement=0.99, quantize=None) -> (bytes, Dict):
     """Converts the SavedModel `source_dir`; returns the flatbuffer and notes for the report.
 
-    For "tflite-int8", `calibration` (Images) drives calibration and
-    `reference` (Keras probabilities on those images) the choice of denylist
-    (keras_vit.export.tflite_int8).
+    For "tflite-int8", `quantize` (keras_vit.export.tflite_int8.quantize, passed
+    in because that module builds on this one) calibrates on `calibration`
+    (Images) and chooses its denylist by `reference` (Keras probabilities on
+    those images).
     """
     import tensorflow as tf
 
@@ -85,10 +86,9 @@ def convert(source_dir, kind, calibration=None, reference=None, max_accuracy_dro
     elif kind == "tflite-dynamic":
         converter.optimizations = [tf.lite.Optimize.DEFAULT]
     if kind == "tflite-int8":
-        from keras_vit.export import tflite_int8
-
-        content, int8_notes = tflite_int8.quantize(converter, calibration, reference, max_accuracy_drop,
-                                                   min_agreement)
+        if quantize is None:
+            raise TypeError("tflite-int8 is converted by keras_vit.export.tflite_int8: pass quantize=tflite_int8.quantize")
+        content, int8_notes = quantize(converter, calibration, reference, max_accuracy_drop, min_agreement)
         notes.update(int8_notes)
     else:
         content = converter.convert()
@@ -96,7 +96,7 @@ def convert(source_dir, kind, calibration=None, reference=None, max_accuracy_dro
     return content, notes
 
 
-def build(job: Build, kind: str) -> Dict:
+def build(job: Build, kind: str, quantize=None) -> Dict:
     """Writes the `kind` flatbuffer to job.path, the class names in its metadata."""
     import os
 
@@ -105,7 +105,7 @@ def build(job: Build, kind: str) -> Dict:
         write_source(job.model, source)
     content, notes = convert(source, kind, job.calibration, job.calibration_reference,
                              max_accuracy_drop=job.thresholds.get("max_accuracy_drop") or 0.005,
-                             min_agreement=job.thresholds.get("min_agreement") or 0.99)
+                             min_agreement=job.thresholds.get("min_agreement") or 0.99, quantize=quantize)
     storage.write_bytes(job.path, with_labels(content, job.labels))
     notes["metadata"] = {LABELS_METADATA: "the class names, one per line"}
     return notes

@@ -25,6 +25,7 @@ import numpy as np
 
 from keras_vit.export import tflite
 from keras_vit.export.format import ExportFormat
+from keras_vit.errors import UserError
 
 SENSITIVE_OPS = ["SOFTMAX", "MEAN", "SQUARED_DIFFERENCE", "RSQRT"]
 DEBUGGER_SHARES = (0.05, 0.1, 0.2, 0.4, 0.6)
@@ -40,7 +41,7 @@ def quantize(converter, calibration, reference, max_accuracy_drop, min_agreement
     import tensorflow as tf
 
     if calibration is None or len(calibration) == 0:
-        raise ValueError("tflite-int8 needs calibration images (a representative sample of your data): "
+        raise UserError("tflite-int8 needs calibration images (a representative sample of your data): "
                          "pass calibration_data= / validation_data= (or --data on the command line).")
     images = calibration.images.astype(np.float32)
 
@@ -116,7 +117,7 @@ EXPORT_FORMATS = (ExportFormat(
     description="TFLite int8 weights and activations, calibrated on your data (needs images)",
     layout="{name}.int8.tflite",
     runtime="tflite",
-    build=lambda job: tflite.build(job, "tflite-int8"),
+    build=lambda job: tflite.build(job, "tflite-int8", quantize=quantize),
     check=lambda model: tflite.check(model, "tflite-int8"),
     thresholds={"max_abs_diff": None, "min_agreement": 0.99, "max_accuracy_drop": 0.005},
     extra="tflite",

@@ -10,6 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from keras_vit.inspection.attention import forward_batches, num_prefix_tokens
+from keras_vit.errors import UserError
 
 
 def embedding_filter_pca(model, num_components=28):
@@ -29,7 +30,7 @@ def embedding_filter_pca(model, num_components=28):
         components, best first. Their sign is arbitrary, as for any PCA.
     """
     if model.resnet is not None:
-        raise ValueError("A hybrid model's patch embedding filters ResNet features, not pixels: no RGB filters.")
+        raise UserError("A hybrid model's patch embedding filters ResNet features, not pixels: no RGB filters.")
     kernel = np.asarray(model.patch_embedding.projection.kernel, dtype=np.float64)  # (p, p, C, D)
     p1, p2, channels, width = kernel.shape
     filters = kernel.reshape(p1 * p2 * channels, width).T  # (D, p*p*C): one row per filter
@@ -65,7 +66,7 @@ def position_embedding_similarity(model):
     from keras import ops
 
     if model.position_embedding is None:
-        raise ValueError(f"{model.name} has no position embedding table (position_embedding="
+        raise UserError(f"{model.name} has no position embedding table (position_embedding="
                          f"{model.config.position_embedding!r}): position similarity needs an absolute kind.")
     table = np.asarray(ops.convert_to_numpy(model.position_embedding.table()), np.float64)[0]  # (T, D)
     return cosine_similarity_grid(table[num_prefix_tokens(model):], model.grid_size)
@@ -76,7 +77,7 @@ def cosine_similarity_grid(embeddings, grid_size):
     e = np.asarray(embeddings, dtype=np.float64)
     rows, cols = grid_size
     if e.shape[0] != rows * cols:
-        raise ValueError(f"{e.shape[0]} embeddings for a {rows}x{cols} grid.")
+        raise UserError(f"{e.shape[0]} embeddings for a {rows}x{cols} grid.")
     norms = np.linalg.norm(e, axis=-1, keepdims=True)
     unit = e / np.maximum(norms, 1e-12)
     return (unit @ unit.T).reshape(rows, cols, rows, cols).astype(np.float32)
@@ -158,5 +159,5 @@ class MeanAttentionDistance:
 
     def result(self):
         if self.count == 0:
-            raise ValueError("mean_attention_distance needs at least one image.")
+            raise UserError("mean_attention_distance needs at least one image.")
         return (self.total / self.count).astype(np.float32)

@@ -18,6 +18,7 @@ from __future__ import annotations
 import numpy as np
 
 from keras_vit.images import model_inputs
+from keras_vit.errors import UserError
 
 
 def num_prefix_tokens(model):
@@ -71,7 +72,7 @@ def encoder_attention(model, images, batch_size=16):
     """
     batches = list(forward_batches(model, images, batch_size))
     if not batches:
-        raise ValueError("encoder_attention needs at least one image.")
+        raise UserError("encoder_attention needs at least one image.")
     return (np.concatenate([b["tokens"] for b in batches]),
             np.concatenate([b["attention"] for b in batches]))
 
@@ -93,7 +94,7 @@ def attention_rollout(probabilities):
     """
     a = np.asarray(probabilities, dtype=np.float64)
     if a.ndim < 4 or a.shape[-1] != a.shape[-2]:
-        raise ValueError(f"Expected probabilities (..., layers, heads, T, T), got shape {a.shape}.")
+        raise UserError(f"Expected probabilities (..., layers, heads, T, T), got shape {a.shape}.")
     a = a.mean(axis=-3)  # (..., layers, T, T)
     a = a + np.eye(a.shape[-1])
     a = a / a.sum(axis=-1, keepdims=True)

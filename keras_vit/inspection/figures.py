@@ -9,6 +9,7 @@ import numpy as np
 from keras_vit.inspection import analysis, attention, plots
 from keras_vit.images import to_model_pixels
 from keras_vit.inspection.predict import to_probabilities
+from keras_vit.errors import UserError
 
 
 def make_figures(model, images, out_dir, labels=None, num_overlays=4, batch_size=16, dpi=100, paths=None,
@@ -45,12 +46,12 @@ def make_figures(model, images, out_dir, labels=None, num_overlays=4, batch_size
     os.makedirs(out_dir, exist_ok=True)
     pixels = to_model_pixels(images, model.image_size, model.num_channels)
     if len(pixels) == 0:
-        raise ValueError("make_figures needs at least one image.")
+        raise UserError("make_figures needs at least one image.")
     if num_overlays < 1:
-        raise ValueError(f"num_overlays must be at least 1, got {num_overlays}.")
+        raise UserError(f"num_overlays must be at least 1, got {num_overlays}.")
     for name, given in (("paths", paths), ("classes", classes)):
         if given is not None and len(given) != len(pixels):
-            raise ValueError(f"{len(pixels)} images but {len(given)} {name}.")
+            raise UserError(f"{len(pixels)} images but {len(given)} {name}.")
     chosen = choose_overlays(len(pixels), num_overlays, classes)
     prefix = attention.num_prefix_tokens(model)
     # One forward pass per image feeds every figure: the shown images keep

@@ -10,6 +10,7 @@ import numpy as np
 
 from keras_vit import runs
 from keras_vit.images import IMAGE_EXTENSIONS, find_images, load_images, model_inputs
+from keras_vit.errors import UserError
 
 # The run folder is read by keras_vit.runs, the one reader of workdirs.
 load_model = runs.load_model
@@ -35,7 +36,7 @@ def outputs_are_probabilities(model):
 def predict_probabilities(model, images, batch_size=32):
     """Pixels (B, H, W, C) in 0..255 -> class probabilities (B, num_classes)."""
     if not getattr(model, "include_top", True) or getattr(model, "num_classes", 1) is None:
-        raise ValueError("This model has no classification head (include_top=False): nothing to predict.")
+        raise UserError("This model has no classification head (include_top=False): nothing to predict.")
     outputs = []
     for start in range(0, len(images), batch_size):
         x = model_inputs(model, images[start:start + batch_size])
@@ -87,7 +88,7 @@ def predict_files(model, paths, top_k=5, labels=None, batch_size=32, recursive=F
     files = find_images(paths, recursive=recursive)
     top_k = max(1, min(int(top_k), model.num_classes))
     if labels is not None and len(labels) < model.num_classes:
-        raise ValueError(f"{len(labels)} labels for a model with {model.num_classes} classes.")
+        raise UserError(f"{len(labels)} labels for a model with {model.num_classes} classes.")
     if progress is None:
         progress = len(files) > batch_size
     bar = None
