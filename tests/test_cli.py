@@ -254,6 +254,7 @@ def test_contradictions_are_rejected(finished, tmp_path, capsys):
 
 # --- export of a registered variant (#16 item 1) ------------------------------------------------------------
 
+@pytest.mark.slow
 def test_export_a_variant_name_with_weights(tmp_path):
     import keras_vit
     from keras_vit.export import ExportError, export

@@ -142,6 +142,7 @@ def test_predict_and_inspect_say_why_no_image_was_read_22_4(hf_dir, photo, tmp_p
 
 # --- 5. any from_pretrained source is a model ------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_a_checkpoint_is_a_model_to_every_command_22_5(hf_dir, photo, tmp_path, capsys, monkeypatch):
     """#22.5: an HF directory, and hf:ORG/NAME, are MODEL to predict, inspect and export."""
     assert main(["predict", str(hf_dir), str(photo), "--top", "3"]) == 0

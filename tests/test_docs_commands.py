@@ -129,6 +129,7 @@ def stand_ins(tmp_path_factory):
     return root
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("argv, fails", [p for p in COMMANDS if _runs_offline(p.values[0])])
 def test_a_documented_command_that_runs_offline_runs(argv, fails, stand_ins, tmp_path, monkeypatch):
     monkeypatch.chdir(stand_ins)

@@ -136,6 +136,7 @@ def test_a_single_class_warns(tmp_path, capsys):
     assert "single class ('only')" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_the_cli_names_a_file_that_breaks_in_training_and_counts_it(tmp_path, capsys):
     # A PNG cut after its header passes the check before training and fails when decoded.
     for name in ("ants", "bees"):
