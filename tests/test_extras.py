@@ -35,24 +35,25 @@ def _run(blocked, code, timeout=300):
                           capture_output=True, text=True, timeout=timeout)
 
 
-def _api_error(extra, call):
-    """The MissingExtra a call raises with the extra's modules blocked, as 'TYPE: MESSAGE'."""
-    result = _run(EXTRAS[extra], f"""
-        from keras_vit.errors import MissingExtra
+def _without(extra, calls, argv):
+    """With the extra's modules blocked, in one interpreter: each call's
+    MissingExtra as 'TYPE: MESSAGE' on stdout, then the command line `argv`
+    (its stderr and exit status are the process's)."""
+    body = "".join(f"""
         try:
             {call}
         except MissingExtra as error:
             print(type(error).__name__ + ": " + str(error))
         else:
             print("no error")
-    """)
-    assert result.returncode == 0, result.stderr
-    return result.stdout.strip().splitlines()[-1]
-
-
-def _cli(extra, argv):
-    blocked = EXTRAS[extra]
-    return _run(blocked, f"from keras_vit.cli import main\nsys.exit(main({argv!r}))")
+    """ for call in calls)
+    result = _run(EXTRAS[extra], "from keras_vit.errors import MissingExtra\n" + textwrap.dedent(body) +
+                  f"from keras_vit.cli import main\nsys.exit(main({argv!r}))")
+    messages = [line for line in result.stdout.splitlines() if line.startswith(("MissingExtra: ", "no error"))]
+    assert len(messages) == len(calls), result.stdout + result.stderr
+    for message in messages:
+        assert message.startswith("MissingExtra: ") and message.endswith(install_hint(extra)), message
+    return result
 
 
 def _assert_one_line(result, extra, command):
@@ -88,34 +89,27 @@ def test_install_hint_names_this_distribution():
 
 
 def test_train_without_tensorflow_datasets(tmp_path):
-    message = _api_error("train", f"""
-            from keras_vit import training
-            from keras_vit.training import data
-            data.open_source(training.TrainConfig.create("scratch", model="Mu/4", dataset="tfds:mnist",
-                                                         workdir={str(tmp_path / 'api')!r}))""")
-    assert message.startswith("MissingExtra: ") and message.endswith(install_hint("train"))
-    result = _cli("train", ["train", "--model", "Mu/4", "--dataset", "tfds:mnist", "--steps", "1",
-                            "--workdir", str(tmp_path / "cli")])
+    result = _without("train", ["from keras_vit import training; from keras_vit.training import data; "
+                                "data.open_source(training.TrainConfig.create('scratch', model='Mu/4', "
+                                f"dataset='tfds:mnist', workdir={str(tmp_path / 'api')!r}))"],
+                      ["train", "--model", "Mu/4", "--dataset", "tfds:mnist", "--steps", "1",
+                       "--workdir", str(tmp_path / "cli")])
     _assert_one_line(result, "train", "train")
 
 
 def test_hub_sources_without_huggingface_hub(photo):
-    for source in ("hf:google/vit-base-patch16-224", "timm:vit_tiny_patch16_224.augreg_in21k"):
-        message = _api_error("hub", f"import keras_vit; keras_vit.from_pretrained({source!r})")
-        assert message.startswith("MissingExtra: ") and message.endswith(install_hint("hub")), message
-    result = _cli("hub", ["predict", "hf:google/vit-base-patch16-224", photo])
+    calls = [f"import keras_vit; keras_vit.from_pretrained({source!r})"
+             for source in ("hf:google/vit-base-patch16-224", "timm:vit_tiny_patch16_224.augreg_in21k")]
+    result = _without("hub", calls, ["predict", "hf:google/vit-base-patch16-224", photo])
     _assert_one_line(result, "hub", "predict")
 
 
 def test_figures_without_matplotlib(saved_model, photo, tmp_path):
-    message = _api_error("plot", f"""
-            import numpy as np
-            from keras_vit.inspection import plots
-            plots.plot_position_similarity(np.zeros((4, 4, 4, 4)), {str(tmp_path / 'p.png')!r})""")
-    assert message.startswith("MissingExtra: ") and message.endswith(install_hint("plot"))
-    assert not (tmp_path / "p.png").exists()
-    result = _cli("plot", ["inspect", saved_model, "--image", photo, "--out", str(tmp_path / "figures")])
+    result = _without("plot", ["import numpy as np; from keras_vit.inspection import plots; "
+                               f"plots.plot_position_similarity(np.zeros((4, 4, 4, 4)), {str(tmp_path / 'p.png')!r})"],
+                      ["inspect", saved_model, "--image", photo, "--out", str(tmp_path / "figures")])
     _assert_one_line(result, "plot", "inspect")
+    assert not (tmp_path / "p.png").exists()
 
 
 def test_the_core_works_with_every_extra_and_former_dependency_missing():
