@@ -19,7 +19,7 @@ import re
 import sys
 import traceback
 
-from keras_vit import _console
+from keras_vit import _console, _install_check
 from keras_vit._flags import Parser, UsageError, non_negative_int, positive_int  # noqa: F401 - re-exported
 from keras_vit.errors import CannotContinue, UserError
 
@@ -81,6 +81,9 @@ def _main(argv=None):
         print(f"keras-vit: error: unknown command {name!r}; choose from {', '.join(COMMANDS)} "
               f"(see keras-vit --help)", file=sys.stderr)
         return 2
+    conflict = _install_check.conflicting_distribution()
+    if conflict:  # a mix of two packages' files would fail in ways no message here could explain
+        print(f"keras-vit: warning: {conflict}", file=sys.stderr)
     try:
         module = importlib.import_module(COMMANDS[name][0])
         sub = Parser(prog=f"keras-vit {name}", description=COMMANDS[name][1],

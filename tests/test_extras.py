@@ -110,6 +110,7 @@ def test_figures_without_matplotlib(saved_model, photo, tmp_path):
                       ["inspect", saved_model, "--image", photo, "--out", str(tmp_path / "figures")])
     _assert_one_line(result, "plot", "inspect")
     assert not (tmp_path / "p.png").exists()
+    assert not (tmp_path / "figures").exists()  # refused before any folder is made
 
 
 def test_the_core_works_with_every_extra_and_former_dependency_missing():

@@ -54,3 +54,21 @@ def test_the_real_environment_is_read_without_error():
     # Whatever this environment holds, the answer is None or one line.
     message = conflicting_distribution()
     assert message is None or "\n" not in message
+
+
+def test_the_command_line_says_so_in_one_line(monkeypatch, capsys):
+    from keras_vit import _install_check, cli
+
+    monkeypatch.setattr(_install_check, "conflicting_distribution",
+                        lambda: "The unrelated package keras-vit 1.0.1 is installed (stand-in).")
+    assert cli.main(["variants"]) == 0
+    warnings = [line for line in capsys.readouterr().err.splitlines() if "keras-vit 1.0.1" in line]
+    assert warnings == ["keras-vit: warning: The unrelated package keras-vit 1.0.1 is installed (stand-in)."]
+
+
+def test_no_warning_without_the_other_package(monkeypatch, capsys):
+    from keras_vit import _install_check, cli
+
+    monkeypatch.setattr(_install_check, "conflicting_distribution", lambda: None)
+    assert cli.main(["variants"]) == 0
+    assert "warning" not in capsys.readouterr().err

@@ -23,7 +23,7 @@ def _take(ds, n):
     return [{k: v.numpy() for k, v in batch.items()} for batch in ds.take(n)]
 
 
-def test_mnist5k_is_read_from_mlxtends_wheel_and_split_once():
+def test_mnist5k_is_read_from_the_package_and_split_once():
     (x_train, y_train), (x_test, y_test) = data_lib.load_mnist5k()
     assert x_train.shape == (4000, 28, 28, 1) and x_test.shape == (1000, 28, 28, 1)
     assert x_train.dtype == np.uint8 and x_train.max() == 255

