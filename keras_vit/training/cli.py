@@ -39,6 +39,19 @@ _RECIPE_HELP = {
     "classifier": "token | gap (default: the recipe's, else the variant's)",
     "dropout_rate": "ViT dropout",
     "stochastic_depth_rate": "drop-path rate of the last block",
+    "epochs": "passes over the training split, instead of --steps",
+    "lr_base_batch": "scale --learning-rate by batch / this (DeiT: 512)",
+    "ema": "decay of a moving average of the weights (e.g. 0.9999): evaluation and model.keras use it",
+    "layer_decay": "learning-rate scale per block: rate ** (depth - block), embeddings lowest, head 1",
+    "loss": "softmax | sigmoid (binary cross-entropy, head bias -log(classes))",
+    "randaugment": "N,M: N ops of magnitude M (0..30) per image, e.g. 2,15",
+    "mixup": "Mixup's Beta(alpha, alpha); 0 off",
+    "cutmix": "CutMix's Beta(alpha, alpha); 0 off",
+    "mix_prob": "probability that a pair of examples is mixed",
+    "mix_switch_prob": "with --mixup and --cutmix: probability of CutMix",
+    "random_erasing": "probability of erasing a random box of each image",
+    "repeated_augmentation": "each example K times per epoch, differently augmented",
+    "patch_dropout": "fraction of patch tokens dropped in training (evaluation keeps all)",
 }
 
 
@@ -53,6 +66,15 @@ def _bool(text):
 def _clip(text):
     value = float(text)
     return None if value == 0 else value
+
+
+def _randaugment(text):
+    try:
+        ops, magnitude = (int(v) for v in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected N,M (ops per image, magnitude 0..30) such as 2,15, "
+                                         f"got {text!r}") from None
+    return ops, magnitude
 
 
 def _shots(text):
@@ -128,7 +150,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
     recipe = parser.add_argument_group("recipe overrides (default: the recipe's value)")
     types = {"grad_clip_norm": _clip, "representation_layer": _bool, "image_size": positive_int,
-             "batch_size": positive_int, "steps": non_negative_int, "warmup_steps": non_negative_int}
+             "batch_size": positive_int, "steps": non_negative_int, "warmup_steps": non_negative_int,
+             "epochs": float, "lr_base_batch": positive_int, "ema": float, "layer_decay": float,
+             "randaugment": _randaugment, "repeated_augmentation": positive_int}
     for field in config_lib.RECIPE_FIELDS:
         default_type = type(getattr(config_lib.FINETUNE, field))
         kind = types.get(field, str if field == "classifier" else (int if field == "image_size" else default_type))

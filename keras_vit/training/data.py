@@ -43,6 +43,7 @@ import tensorflow as tf
 from keras_vit import images as images_lib
 from keras_vit import errors, mnist5k, storage
 from keras_vit.errors import UserError
+from keras_vit.training import augment as augment_lib
 
 AUTOTUNE = tf.data.AUTOTUNE
 EVAL_SPLIT_NAMES = ("validation", "val", "test", "eval")
@@ -755,26 +756,79 @@ def train_dataset(source: Source, pipeline: Pipeline, config, context: tf.distri
         raise UserError(f"Input pipeline {index} of {count} has no training examples.")
     start_epoch, offset = divmod(start, shard_size) if shard_size else (0, start)
     seed = config.seed * 1_000_003 + index
-    ordered = _epochs(source, index, count, config.seed, seed, config.shuffle_buffer, shard_size)
+    recipe = config.recipe
+    ordered = _epochs(source, index, count, config.seed, seed, config.shuffle_buffer, shard_size,
+                      recipe.repeated_augmentation)
     ds = tf.data.Dataset.range(start_epoch, 2**40).flat_map(ordered).skip(offset).enumerate(start)
-    size, kind = pipeline.image_size, config.recipe.train_augment
+    size, kind = pipeline.image_size, recipe.train_augment
 
     @tf.autograph.experimental.do_not_convert
     def prepare(i, raw_example):
         image, label, ok = source.decode(raw_example)
         image = _model_channels(image, pipeline.num_channels)
-        image = augment(image, size, kind, tf.stack([tf.cast(seed, tf.int64), i]))
-        return {"image": images_lib.to_model_range(image), "label": label, "weight": tf.cast(ok, tf.float32)}
+        example_seed = tf.stack([tf.cast(seed, tf.int64), i])
+        image = augment(image, size, kind, example_seed)
+        if recipe.randaugment and recipe.randaugment[0]:
+            image = augment_lib.randaugment(image, *recipe.randaugment, augment_lib.fold(example_seed, 1))
+        image = images_lib.to_model_range(image)
+        if recipe.random_erasing:
+            image = augment_lib.random_erasing(image, recipe.random_erasing, augment_lib.fold(example_seed, 2))
+        return {"image": image, "label": label, "weight": tf.cast(ok, tf.float32), "position": i}
 
     ds = ds.map(prepare, num_parallel_calls=AUTOTUNE, deterministic=True)
+    if recipe.mixes:
+        ds = _mixed(ds, recipe, seed, per_replica)
+    ds = ds.map(_without_position)
     return _finish(ds.batch(per_replica, drop_remainder=True))
 
 
-def _epochs(source, index, count, run_seed, worker_seed, shuffle_buffer, shard_size):
-    """epoch e -> the raw examples of this shard in epoch e's order (see the module docstring)."""
+def mix_group_size(recipe) -> int:
+    """Examples mixed together: pairs j, j + K in groups of 2K (K the
+    repeated-augmentation count, so an image's copies are not mixed together)."""
+    return 2 * recipe.repeated_augmentation
+
+
+def _mixed(ds, recipe, seed, per_replica):
+    """Mixup / CutMix within groups of consecutive examples of the stream,
+    seeded by the group's position: a group never straddles a batch (the
+    trainer checks that per-replica batches hold whole groups), so the
+    mixing is the same on any number of replicas and after a resume."""
+    group_size = mix_group_size(recipe)
+    if per_replica % group_size:
+        raise UserError(f"Mixup/CutMix mixes groups of {group_size} examples (2 x repeated_augmentation); the "
+                        f"batch per replica ({per_replica}) must be a multiple of it.")
+
+    @tf.autograph.experimental.do_not_convert
+    def mix(group):
+        group_seed = augment_lib.fold(tf.stack([tf.cast(seed, tf.int64), group["position"][0] // group_size]), 3)
+        return augment_lib.mix_group(group, recipe.repeated_augmentation, recipe.mixup, recipe.cutmix,
+                                     recipe.mix_prob, recipe.mix_switch_prob, group_seed)
+
+    return ds.batch(group_size, drop_remainder=True).map(mix, num_parallel_calls=AUTOTUNE,
+                                                         deterministic=True).unbatch()
+
+
+@tf.autograph.experimental.do_not_convert
+def _without_position(example):
+    return {k: v for k, v in example.items() if k != "position"}
+
+
+def _epochs(source, index, count, run_seed, worker_seed, shuffle_buffer, shard_size, repeats=1):
+    """epoch e -> the raw examples of this shard in epoch e's order (see the
+    module docstring); with `repeats` K > 1 each example comes K times in a
+    row (repeated augmentation, timm's RepeatAugSampler) and the epoch keeps
+    its length: the first 1/K of the order, each K times."""
 
     @tf.autograph.experimental.do_not_convert
     def epoch(e):
+        ordered = shuffled(e)
+        if repeats == 1:
+            return ordered
+        ordered = ordered.flat_map(lambda *raw: tf.data.Dataset.from_tensors(raw).repeat(repeats))
+        return ordered.take(shard_size) if shard_size else ordered
+
+    @tf.autograph.experimental.do_not_convert
+    def shuffled(e):
         raw = source.epoch(source.train_split, index, count, tf.stack([tf.constant(run_seed, tf.int64), e]))
         if source.shuffle_kind == "permutation":
             return raw

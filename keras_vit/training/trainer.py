@@ -32,7 +32,7 @@ from keras_vit.training import memory as memory_lib
 from keras_vit.training import reporting
 from keras_vit.training.checkpointing import CheckpointManager
 from keras_vit.training.config import RECIPES, TrainConfig
-from keras_vit.training.optimization import make_optimizer
+from keras_vit.training.optimization import averaged_weights, make_optimizer
 from keras_vit.training.steps import CompiledSteps, resolve_jit_compile
 from keras_vit.training.strategies import is_chief, make_strategy, resolve_name
 from keras_vit.training.tasks import Task, make_task
@@ -132,6 +132,8 @@ class Trainer:
         self.initial = resolve_weights(config.weights)
         self.model_config = resolve_model_config(config, self.initial)
         self.source = data_lib.open_source(config, self.dataset, shard=self._input_shard())
+        if self.recipe.epochs:
+            config = self._steps_from_epochs()
         self.task = self.task or make_task(config)
         channels = self.initial.num_channels if self.initial else self.source.num_channels
         self.pipeline = data_lib.Pipeline(_image_size(config, self.source), channels)
@@ -145,6 +147,17 @@ class Trainer:
         self.steps = CompiledSteps(self.strategy, self.model, self.optimizer, self.task, config, self.jit_compile)
         self.manager = CheckpointManager(config.workdir, self._fingerprint(), write=self.chief,
                                          keep=config.keep_checkpoints)
+
+    def _steps_from_epochs(self) -> TrainConfig:
+        """recipe.epochs -> recipe.steps, now that the training split's size is known."""
+        size = self.source.sizes.get(self.source.train_split)
+        if not size:
+            raise UserError(f"{self.source.name}: the size of the training split is unknown, so --epochs cannot "
+                            f"be turned into steps; give --steps instead.")
+        steps = max(1, math.ceil(self.recipe.epochs * size / self.recipe.batch_size))
+        self.config = self.config.replace(steps=steps)
+        self.recipe = self.config.recipe
+        return self.config
 
     def _input_shard(self):
         """(index, count) of this process among the input pipelines (one per
@@ -199,7 +212,8 @@ class Trainer:
                 self.rematerialized_blocks = rematerialize_blocks(self.model) if self.config.remat else 0
                 # XLA fuses the GELU by itself; TensorFlow's op-by-op executor gets one kernel each way.
                 self.fused_gelu = not self.jit_compile and fuse_gelu(self.model) > 0
-                self.optimizer = make_optimizer(self.recipe, self.config.precision)
+                self.optimizer = make_optimizer(self.recipe, self.config.precision, self.model.trainable_variables,
+                                                get_variant(self.model_config).num_layers)
                 self.optimizer.build(self.model.trainable_variables)
         finally:
             keras.config.set_dtype_policy(previous_policy)
@@ -406,7 +420,9 @@ class Trainer:
 
     def evaluate(self) -> dict:
         """Loss and metrics over the whole evaluation split (every worker its shard, summed)."""
-        totals = self._on_device(self.steps.eval_loop, iter(self.eval_inputs), tf.constant(self.eval_steps))
+        # With recipe.ema the moving average is what is evaluated (and exported).
+        with averaged_weights(self.model, self.optimizer):
+            totals = self._on_device(self.steps.eval_loop, iter(self.eval_inputs), tf.constant(self.eval_steps))
         totals = {k: float(v) for k, v in totals.items()}
         count = totals.pop("count")
         return {"num_examples": int(count), **{k: v / count for k, v in totals.items()}}
@@ -437,7 +453,8 @@ class Trainer:
         return results
 
     def _write_model_and_results(self, results, final) -> None:
-        exported = self.task.export_model(self.model)
+        with averaged_weights(self.model, self.optimizer):
+            exported = self.task.export_model(self.model)
         if self.config.fewshot_shots:
             results.update(self._few_shot(exported))
         results["model_path"] = runs.save_model(self.config.workdir, exported)

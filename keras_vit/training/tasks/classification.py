@@ -1,6 +1,8 @@
-"""Image classification: softmax cross-entropy over the ViT's head."""
+"""Image classification: softmax or sigmoid cross-entropy over the ViT's head."""
 
 from __future__ import annotations
+
+import math
 
 import keras
 import tensorflow as tf
@@ -12,31 +14,51 @@ from keras_vit.variants import get_variant
 
 
 class ClassificationTask(Task):
-    """Softmax cross-entropy (with the recipe's label smoothing) over the
-    ViT's head; metrics: top-1 and top-5 accuracy (ties are misses, see
-    `top_k_hits`)."""
+    """Cross-entropy (with the recipe's label smoothing) over the ViT's head:
+    "softmax", or "sigmoid" (big_vision's sigmoid_xent: a binary
+    cross-entropy per class, summed over the classes, the head bias starting
+    at -log(num_classes) so that the first steps do not spend themselves
+    pushing every class down). Mixed examples (Mixup / CutMix) carry
+    "mix_label" and "mix_lambda": the target is lam x own one-hot + (1 - lam)
+    x the partner's. Metrics: top-1 and top-5 accuracy of the example's own
+    label (ties are misses, see `top_k_hits`)."""
 
     name = "classification"
 
-    def __init__(self, label_smoothing: float = 0.0):
+    def __init__(self, label_smoothing: float = 0.0, loss: str = "softmax"):
         self.label_smoothing = float(label_smoothing)
+        self.loss = loss
 
     @classmethod
     def from_train_config(cls, config):
-        return cls(label_smoothing=config.recipe.label_smoothing)
+        return cls(label_smoothing=config.recipe.label_smoothing, loss=config.recipe.loss)
 
     def build_model(self, model_config, image_size, num_classes, num_channels):
-        return ViT(get_variant(model_config), image_size=image_size, num_classes=num_classes,
-                   num_channels=num_channels)
+        model = ViT(get_variant(model_config), image_size=image_size, num_classes=num_classes,
+                    num_channels=num_channels)
+        if self.loss == "sigmoid" and model.head is not None:
+            model.head.bias.assign(tf.fill(model.head.bias.shape, -math.log(num_classes)))
+        return model
+
+    def targets(self, batch, num_classes, training):
+        """The (batch, classes) targets: one-hot, mixed, smoothed in training."""
+        targets = tf.one_hot(batch["label"], num_classes)
+        if "mix_label" in batch:
+            lam = tf.cast(batch["mix_lambda"], tf.float32)[:, None]
+            targets = lam * targets + (1.0 - lam) * tf.one_hot(batch["mix_label"], num_classes)
+        if self.label_smoothing and training:
+            targets = targets * (1.0 - self.label_smoothing) + self.label_smoothing / num_classes
+        return targets
 
     def compute_loss(self, model, batch, training):
         logits = tf.cast(model(batch["image"], training=training), tf.float32)
         labels = batch["label"]
         num_classes = logits.shape[-1]
-        targets = tf.one_hot(labels, num_classes)
-        if self.label_smoothing and training:
-            targets = targets * (1.0 - self.label_smoothing) + self.label_smoothing / num_classes
-        loss = tf.nn.softmax_cross_entropy_with_logits(targets, logits)
+        targets = self.targets(batch, num_classes, training)
+        if self.loss == "sigmoid":
+            loss = tf.reduce_sum(tf.nn.sigmoid_cross_entropy_with_logits(targets, logits), axis=-1)
+        else:
+            loss = tf.nn.softmax_cross_entropy_with_logits(targets, logits)
         metrics = {"accuracy": top_k_hits(logits, labels, 1)}
         if num_classes > 5:  # top-5 of 5 classes or fewer is always 1: not reported
             metrics["top5"] = top_k_hits(logits, labels, 5)

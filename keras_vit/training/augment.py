@@ -1,0 +1,283 @@
+"""The regularising augmentations of the AugReg and DeiT recipes, as stateless ops.
+
+Every op takes an explicit seed (an int64 pair) and draws with TensorFlow's
+stateless random ops only, so an example's augmentation is a function of the
+run seed and its position in the stream: the same after a kill -9 and resume,
+and the same however many workers and replicas share the stream.
+
+Why not Keras' own layers (keras.layers.RandAugment, MixUp, CutMix,
+RandomErasing, Keras 3.15): their random draws go through
+`keras.random.*(seed=...)`, which accepts an int or a SeedGenerator (a
+variable advanced on every call) and refuses a tensor seed
+(tests/test_training_augment.py checks that it still does); RandAugment
+ignores the seed it is given altogether. A per-example seed known only inside
+the tf.data graph cannot reach them.
+
+- `randaugment(image, num_ops, magnitude, seed)`: RandAugment (Cubuk et al.
+  2020) with timm's op list and its "increasing" magnitudes (magnitude 0 is
+  the identity for every op that has a magnitude); magnitude m in 0..30 is
+  read as m / 10 of the reference strength, as big_vision reads randaug(2, 15).
+- `random_erasing(image, probability, seed)`: one box of 2%..1/3 of the area,
+  aspect 0.3..3.3, filled with per-pixel normal noise (timm's "pixel" mode).
+- `mix_group(batch, ...)`: Mixup / CutMix of a group of 2K consecutive
+  examples, example j with example j + K (K the repeated-augmentation count,
+  so that copies of one image are not mixed with each other).
+"""
+
+from __future__ import annotations
+
+import math
+
+import tensorflow as tf
+
+FILL = 128.0  # the grey that geometric ops leave where no pixel maps (timm's fill)
+
+
+def fold(seed, salt):
+    """A new int64 seed pair from `seed` and a constant salt: one stream per use."""
+    return tf.random.experimental.stateless_fold_in(tf.cast(seed, tf.int64), salt)
+
+
+# --- RandAugment ---------------------------------------------------------------------------
+
+def _blend(degenerate, image, factor):
+    """PIL's ImageEnhance: degenerate + factor * (image - degenerate), clipped to 0..255."""
+    return tf.clip_by_value(degenerate + factor * (image - degenerate), 0.0, 255.0)
+
+
+def _grey(image):
+    """ITU-R 601-2 luma (PIL's "L"), broadcast back to the image's channels."""
+    if image.shape[-1] == 1:
+        return image
+    luma = tf.reduce_sum(image * tf.constant([0.299, 0.587, 0.114]), axis=-1, keepdims=True)
+    return tf.broadcast_to(luma, tf.shape(image))
+
+
+def _affine(image, matrix):
+    """The output pixel (x, y) takes the input at matrix @ (x, y, 1), with
+    (x, y) about the centre; bilinear, FILL outside."""
+    height, width = image.shape[0], image.shape[1]
+    a, b, c, d, e, f = tf.unstack(matrix)
+    cx, cy = (width - 1) / 2.0, (height - 1) / 2.0
+    transform = tf.stack([a, b, cx + c - a * cx - b * cy, d, e, cy + f - d * cx - e * cy, 0.0, 0.0])
+    return tf.raw_ops.ImageProjectiveTransformV3(
+        images=image[None], transforms=transform[None], output_shape=[height, width], fill_value=FILL,
+        interpolation="BILINEAR", fill_mode="CONSTANT")[0]
+
+
+def _rotate(image, m, sign):
+    angle = sign * 30.0 * m * math.pi / 180.0
+    cos, sin = tf.cos(angle), tf.sin(angle)
+    return _affine(image, tf.stack([cos, -sin, 0.0, sin, cos, 0.0]))
+
+
+def _shear(axis):
+    def op(image, m, sign):
+        s = sign * 0.3 * m
+        matrix = [1.0, s, 0.0, 0.0, 1.0, 0.0] if axis == 0 else [1.0, 0.0, 0.0, s, 1.0, 0.0]
+        return _affine(image, tf.stack([tf.cast(v, tf.float32) for v in matrix]))
+    return op
+
+
+def _translate(axis):
+    def op(image, m, sign):
+        # Whole pixels, as PIL's translate of timm's TranslateRel.
+        side = image.shape[1] if axis == 0 else image.shape[0]
+        shift = tf.round(sign * 0.45 * m * side)
+        matrix = [1.0, 0.0, shift, 0.0, 1.0, 0.0] if axis == 0 else [1.0, 0.0, 0.0, 0.0, 1.0, shift]
+        return _affine(image, tf.stack([tf.cast(v, tf.float32) for v in matrix]))
+    return op
+
+
+def _enhance(degenerate):
+    def op(image, m, sign):
+        return _blend(degenerate(image), image, tf.maximum(0.0, 1.0 + sign * 0.9 * m))
+    return op
+
+
+def _sharpen_degenerate(image):
+    """PIL's SMOOTH filter (centre 5, others 1, / 13) inside, the border untouched."""
+    kernel = tf.constant([[1.0, 1.0, 1.0], [1.0, 5.0, 1.0], [1.0, 1.0, 1.0]]) / 13.0
+    channels = image.shape[-1]
+    kernel = tf.tile(kernel[:, :, None, None], [1, 1, channels, 1])
+    smooth = tf.round(tf.nn.depthwise_conv2d(image[None], kernel, [1, 1, 1, 1], "VALID")[0])
+    return tf.pad(smooth, [[1, 1], [1, 1], [0, 0]]) + image * tf.pad(
+        tf.zeros_like(smooth[..., :1]), [[1, 1], [1, 1], [0, 0]], constant_values=1.0)
+
+
+def _posterize(image, m, sign):
+    bits = tf.cast(tf.clip_by_value(8 - tf.cast(4.0 * m, tf.int32), 1, 8), tf.uint8)
+    mask = tf.bitwise.left_shift(tf.constant(255, tf.uint8), 8 - bits)
+    return tf.cast(tf.bitwise.bitwise_and(tf.cast(tf.round(image), tf.uint8), mask), tf.float32)
+
+
+def _solarize(image, m, sign):
+    threshold = tf.clip_by_value(256.0 - 256.0 * m, 0.0, 256.0)
+    return tf.where(image >= threshold, 255.0 - image, image)
+
+
+def _solarize_add(image, m, sign):
+    return tf.where(image < 128.0, tf.minimum(255.0, image + tf.round(110.0 * m)), image)
+
+
+def _autocontrast(image, m, sign):
+    """Each channel stretched to 0..255 (a flat channel is left as it is)."""
+    low = tf.reduce_min(image, axis=[0, 1], keepdims=True)
+    high = tf.reduce_max(image, axis=[0, 1], keepdims=True)
+    scale = tf.where(high > low, 255.0 / tf.maximum(high - low, 1e-6), 1.0)
+    offset = tf.where(high > low, low, 0.0)
+    return tf.clip_by_value((image - offset) * scale, 0.0, 255.0)
+
+
+def _equalize_channel(channel):
+    """PIL's ImageOps.equalize of one uint8 channel (as float)."""
+    values = tf.cast(tf.round(channel), tf.int32)
+    histogram = tf.math.bincount(tf.reshape(values, [-1]), minlength=256, maxlength=256)
+    last = tf.gather(histogram, tf.reduce_max(tf.where(histogram > 0)))
+    step = (tf.reduce_sum(histogram) - last) // 255
+    lut = (tf.cumsum(histogram, exclusive=True) + step // 2) // tf.maximum(step, 1)
+    lut = tf.clip_by_value(lut, 0, 255)
+    return tf.where(step > 0, tf.cast(tf.gather(lut, values), tf.float32), channel)
+
+
+def _equalize(image, m, sign):
+    return tf.stack([_equalize_channel(image[..., c]) for c in range(image.shape[-1])], axis=-1)
+
+
+def _invert(image, m, sign):
+    return 255.0 - image
+
+
+def _mean_grey(image):
+    return tf.fill(tf.shape(image), tf.reduce_mean(_grey(image)[..., 0]))
+
+
+# timm's RandAugment op list (rand_augment_ops, "increasing" magnitudes).
+OPS = {
+    "auto_contrast": _autocontrast, "equalize": _equalize, "invert": _invert, "rotate": _rotate,
+    "posterize": _posterize, "solarize": _solarize, "solarize_add": _solarize_add,
+    "color": _enhance(_grey), "contrast": _enhance(_mean_grey), "brightness": _enhance(tf.zeros_like),
+    "sharpness": _enhance(_sharpen_degenerate), "shear_x": _shear(0), "shear_y": _shear(1),
+    "translate_x": _translate(0), "translate_y": _translate(1),
+}
+
+
+def apply_op(name, image, magnitude, sign):
+    """One op at magnitude 0..30 (read as magnitude / 10) with sign +-1."""
+    return OPS[name](image, tf.cast(magnitude, tf.float32) / 10.0, tf.cast(sign, tf.float32))
+
+
+def randaugment(image, num_ops, magnitude, seed):
+    """`num_ops` ops drawn uniformly (with replacement) from OPS, each with a
+    random sign, applied in turn to a float image in 0..255."""
+    names = sorted(OPS)
+    for k in range(num_ops):
+        draw = fold(seed, k)
+        index = tf.random.stateless_uniform([], draw, 0, len(names), dtype=tf.int32)
+        sign = tf.where(tf.random.stateless_uniform([], fold(draw, 1)) < 0.5, -1.0, 1.0)
+        branches = [lambda name=name: apply_op(name, image, magnitude, sign) for name in names]
+        image = tf.switch_case(index, branches)
+        image.set_shape(branches[0]().shape)
+    return image
+
+
+# --- random erasing ------------------------------------------------------------------------
+
+ERASING_ATTEMPTS = 10
+
+
+def erasing_box(height, width, seed):
+    """(apply_any, top, left, box_height, box_width): the first of
+    ERASING_ATTEMPTS boxes (area 2%..1/3, aspect 0.3..3.3) that fits."""
+    u = tf.random.stateless_uniform([4, ERASING_ATTEMPTS], seed)
+    area = (0.02 + u[0] * (1 / 3 - 0.02)) * height * width
+    aspect = tf.exp(math.log(0.3) + u[1] * (math.log(1 / 0.3) - math.log(0.3)))
+    box_h = tf.cast(tf.round(tf.sqrt(area * aspect)), tf.int32)
+    box_w = tf.cast(tf.round(tf.sqrt(area / aspect)), tf.int32)
+    fits = (box_h < height) & (box_w < width) & (box_h > 0) & (box_w > 0)
+    first = tf.argmax(tf.cast(fits, tf.int32))
+    box_h, box_w = box_h[first], box_w[first]
+    top = tf.cast(u[2, first] * tf.cast(height - box_h + 1, tf.float32), tf.int32)
+    left = tf.cast(u[3, first] * tf.cast(width - box_w + 1, tf.float32), tf.int32)
+    return tf.reduce_any(fits), tf.minimum(top, height - box_h), tf.minimum(left, width - box_w), box_h, box_w
+
+
+def box_mask(height, width, top, left, box_h, box_w):
+    """(height, width, 1) float: 1 inside the box."""
+    rows = tf.range(height)[:, None]
+    cols = tf.range(width)[None, :]
+    inside = (rows >= top) & (rows < top + box_h) & (cols >= left) & (cols < left + box_w)
+    return tf.cast(inside, tf.float32)[:, :, None]
+
+
+def random_erasing(image, probability, seed):
+    """With `probability`, one box of the (model-range) image replaced by N(0, 1) noise."""
+    height, width = image.shape[0], image.shape[1]
+    fits, top, left, box_h, box_w = erasing_box(height, width, fold(seed, 0))
+    erase = fits & (tf.random.stateless_uniform([], fold(seed, 1)) < probability)
+    mask = box_mask(height, width, top, left, box_h, box_w) * tf.cast(erase, tf.float32)
+    noise = tf.random.stateless_normal(tf.shape(image), fold(seed, 2))
+    return image * (1.0 - mask) + noise * mask
+
+
+# --- Mixup and CutMix -----------------------------------------------------------------------
+
+def sample_beta(alpha, seed):
+    """Beta(alpha, alpha) from two stateless gammas."""
+    g = tf.random.stateless_gamma([2], fold(seed, 0), alpha=alpha)
+    total = g[0] + g[1]
+    return tf.where(total > 0, g[0] / tf.maximum(total, 1e-30), 0.5)
+
+
+def cutmix_box(height, width, lam, seed):
+    """timm's rand_bbox: a box of sides sqrt(1 - lam) x the image's, centred
+    at a uniform pixel and clipped; -> (top, left, box_h, box_w)."""
+    ratio = tf.sqrt(1.0 - lam)
+    cut_h, cut_w = tf.cast(height * ratio, tf.int32), tf.cast(width * ratio, tf.int32)
+    u = tf.random.stateless_uniform([2], seed)
+    cy, cx = tf.cast(u[0] * height, tf.int32), tf.cast(u[1] * width, tf.int32)
+    top, bottom = tf.clip_by_value(cy - cut_h // 2, 0, height), tf.clip_by_value(cy + cut_h // 2, 0, height)
+    left, right = tf.clip_by_value(cx - cut_w // 2, 0, width), tf.clip_by_value(cx + cut_w // 2, 0, width)
+    return top, left, bottom - top, right - left
+
+
+def mix_draw(height, width, mixup, cutmix, mix_prob, switch_prob, seed):
+    """One group's draw -> (mask (H, W, 1) of the pixels an image keeps, lam =
+    the weight of its own label). Mixup: a constant mask lam; CutMix: 0 in the
+    box, lam = the area kept (timm's corrected lam); not mixed: 1."""
+    u = tf.random.stateless_uniform([2], fold(seed, 0))
+    use_cutmix = (u[1] < switch_prob) if mixup > 0 and cutmix > 0 else tf.constant(cutmix > 0)
+    mixup_lam = sample_beta(mixup, fold(seed, 1)) if mixup > 0 else tf.constant(1.0)
+    if cutmix > 0:
+        top, left, box_h, box_w = cutmix_box(height, width, sample_beta(cutmix, fold(seed, 2)), fold(seed, 3))
+        cut_mask = 1.0 - box_mask(height, width, top, left, box_h, box_w)
+        cut_lam = 1.0 - tf.cast(box_h * box_w, tf.float32) / float(height * width)
+    else:
+        cut_mask, cut_lam = tf.ones([height, width, 1]), tf.constant(1.0)
+    mask = tf.where(use_cutmix, cut_mask, tf.fill([height, width, 1], mixup_lam))
+    lam = tf.where(use_cutmix, cut_lam, mixup_lam)
+    mixed = u[0] < mix_prob
+    return tf.where(mixed, mask, tf.ones_like(mask)), tf.where(mixed, lam, 1.0)
+
+
+def mix_group(group, partner_offset, mixup, cutmix, mix_prob, switch_prob, seed):
+    """A group of 2 x partner_offset examples {"image", "label", "weight"}:
+    example j and j + partner_offset (mod the group) are mixed with one draw
+    per pair, both ways. Adds "mix_label" (the partner's label) and
+    "mix_lambda" (the weight of the example's own label)."""
+    images, labels = group["image"], group["label"]
+    height, width = images.shape[1], images.shape[2]
+    masks, lams = [], []
+    for pair in range(partner_offset):
+        mask, lam = mix_draw(height, width, mixup, cutmix, mix_prob, switch_prob, fold(seed, pair))
+        masks.append(mask)
+        lams.append(lam)
+    masks = tf.stack(masks + masks)  # pair p draws for examples p and p + offset
+    lams = tf.stack(lams + lams)
+    partner = tf.roll(tf.range(2 * partner_offset), -partner_offset, axis=0)
+    partner_images = tf.gather(images, partner)
+    out = dict(group)
+    out["image"] = images * masks + partner_images * (1.0 - masks)
+    out["mix_label"] = tf.gather(labels, partner)
+    out["mix_lambda"] = lams
+    return out
