@@ -1,0 +1,133 @@
+"""Issue #24's training pieces against hand-computed references: weight decay
+on kernels only, layer-wise learning rates, the weights' moving average (and
+that evaluation and model.keras use it), the sigmoid loss, mixed targets,
+learning-rate scaling with the batch and --epochs."""
+
+import json
+import math
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from keras_vit.model import ViT
+from keras_vit.training import TrainConfig, train
+from keras_vit.training import optimization
+from keras_vit.training.tasks.classification import ClassificationTask
+from keras_vit.variants import get_variant
+from tests.training_helpers import TINY, checkpoint_arrays, tiny_config
+
+DEEP = TINY.replace(num_layers=3, classifier="token")
+
+
+def _model(config=DEEP):
+    return ViT(get_variant(config), image_size=(28, 28), num_classes=10, num_channels=1)
+
+
+def _recipe(**fields):
+    settings = dict(optimizer="sgd", momentum=0.0, learning_rate=0.1, schedule="constant", warmup_steps=0,
+                    weight_decay=0.0)
+    settings.update(fields)
+    return TrainConfig.create("scratch", **settings).recipe
+
+
+def _step(model, optimizer, gradient=0.0):
+    before = {v.path: v.numpy() for v in model.trainable_variables}
+    optimizer.apply([tf.fill(v.shape, gradient) for v in model.trainable_variables], model.trainable_variables)
+    return before, {v.path: v.numpy() for v in model.trainable_variables}
+
+
+def test_weight_decay_reaches_kernels_only():
+    model = _model()
+    optimizer = optimization.make_optimizer(_recipe(optimizer="adamw", weight_decay=0.5), "float32",
+                                            model.trainable_variables, DEEP.num_layers)
+    before, after = _step(model, optimizer)  # zero gradients: only the decay moves anything
+    for path in before:
+        if path.endswith("/kernel"):
+            np.testing.assert_allclose(after[path], before[path] * (1 - 0.1 * 0.5), rtol=1e-6, err_msg=path)
+        else:  # biases, norms, class token, position embedding
+            np.testing.assert_array_equal(after[path], before[path], err_msg=path)
+    assert any("pos_embedding" in p for p in before) and any(p.startswith("cls") for p in before)
+
+
+def test_layer_decay_scales_each_depth_geometrically():
+    model = _model()
+    rate = 0.5
+    optimizer = optimization.make_optimizer(_recipe(layer_decay=rate), "float32", model.trainable_variables,
+                                            DEEP.num_layers)
+    before, after = _step(model, optimizer, gradient=1.0)  # plain SGD: the step is -lr x scale
+    expected = {"embedding/projection/kernel": rate ** 4, "cls/cls": rate ** 4,
+                "posembed_input/pos_embedding": rate ** 4,
+                "Transformer/encoderblock_0/MlpBlock_3/Dense_0/kernel": rate ** 3,
+                "Transformer/encoderblock_2/LayerNorm_0/gamma": rate ** 1,
+                "Transformer/encoder_norm/gamma": 1.0, "head/kernel": 1.0}
+    for path, scale in expected.items():
+        np.testing.assert_allclose(before[path] - after[path], 0.1 * scale, rtol=1e-5, err_msg=path)
+
+
+def test_the_moving_average_is_the_hand_computed_one_and_swaps_in_and_out():
+    model = _model()
+    optimizer = optimization.make_optimizer(_recipe(ema=0.9), "float32", model.trainable_variables,
+                                            DEEP.num_layers)
+    kernel = model.head.kernel
+    values = [kernel.numpy()]
+    for gradient in (1.0, -2.0, 0.5):
+        _step(model, optimizer, gradient)
+        values.append(kernel.numpy())
+    # Keras' EMA starts at the first step's weights, then average = 0.9 average + 0.1 w.
+    average = values[1]
+    for w in values[2:]:
+        average = 0.9 * average + 0.1 * w
+    with optimization.averaged_weights(model, optimizer):
+        np.testing.assert_allclose(kernel.numpy(), average, rtol=1e-5)
+    np.testing.assert_array_equal(kernel.numpy(), values[-1])
+
+
+def test_ema_runs_evaluate_and_export_the_average_and_checkpoint_both(tmp_path):
+    import keras
+
+    results = train(tiny_config(tmp_path, ema=0.5, steps=4, learning_rate=3e-2))
+    arrays = checkpoint_arrays(tmp_path / "checkpoints" / "ckpt-00000004.npz")
+    meta = json.loads(str(np.load(tmp_path / "checkpoints" / "ckpt-00000004.npz")["meta"]))
+    names = [n for n, _, _ in meta["optimizer_variables"]]
+    averages = {n: arrays[f"optimizer/{i:05d}"] for i, n in enumerate(names) if n.endswith("_average")}
+    exported = {w.path: w.numpy() for w in keras.models.load_model(results["model_path"]).trainable_weights}
+    trained = {n: arrays[f"model/{i:05d}"] for i, (n, _, _) in enumerate(meta["model_variables"])}
+    head = next(n for n in averages if n.endswith("head_kernel_average"))
+    np.testing.assert_array_equal(exported["head/kernel"], averages[head])
+    assert not np.array_equal(exported["head/kernel"], trained["head/kernel"])
+    # The recorded evaluation is the exported (averaged) model's.
+    from keras_vit.training.data import load_mnist5k
+
+    _, (images, labels) = load_mnist5k()
+    logits = keras.models.load_model(results["model_path"]).predict(images / 127.5 - 1.0, batch_size=500, verbose=0)
+    assert np.mean(np.argmax(logits, -1) == labels) == pytest.approx(results["eval"]["accuracy"], abs=1e-3)
+
+
+def test_sigmoid_loss_is_the_summed_binary_cross_entropy_from_a_minus_log_c_bias():
+    task = ClassificationTask(loss="sigmoid")
+    model = task.build_model(TINY, (28, 28), 10, 1)
+    np.testing.assert_allclose(model.head.bias.numpy(), -math.log(10), rtol=1e-6)
+    images = tf.random.stateless_uniform([4, 28, 28, 1], [1, 2], -1, 1)
+    batch = {"image": images, "label": tf.constant([0, 3, 9, 3])}
+    loss, _ = task.compute_loss(model, batch, training=False)
+    z = model(images).numpy().astype(np.float64)
+    y = np.eye(10)[[0, 3, 9, 3]]
+    expected = np.sum(np.maximum(z, 0) - z * y + np.log1p(np.exp(-np.abs(z))), axis=-1)
+    np.testing.assert_allclose(loss.numpy(), expected, rtol=1e-5)
+
+
+def test_mixed_targets_weigh_both_labels_then_smooth():
+    task = ClassificationTask(label_smoothing=0.1)
+    batch = {"label": tf.constant([1, 2]), "mix_label": tf.constant([2, 1]), "mix_lambda": tf.constant([0.7, 0.7])}
+    targets = task.targets(batch, 4, training=True).numpy()
+    np.testing.assert_allclose(targets[0], np.array([0, 0.7, 0.3, 0]) * 0.9 + 0.025, rtol=1e-6)
+
+
+def test_learning_rate_scales_with_the_batch_and_epochs_become_steps(tmp_path):
+    recipe = _recipe(learning_rate=5e-4, lr_base_batch=512, batch_size=1024)
+    assert recipe.peak_learning_rate == pytest.approx(1e-3)
+    assert optimization.make_optimizer(recipe)._learning_rate.peak == pytest.approx(1e-3)
+    # 4,000 digits x 0.1 epoch / 16 per step = 25 steps.
+    results = train(tiny_config(tmp_path, epochs=0.1, batch_size=16, checkpoint_every=100))
+    assert results["steps"] == 25 and results["config"]["recipe"]["steps"] == 25
