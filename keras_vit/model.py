@@ -76,6 +76,14 @@ class ViT(keras.Model):
             of the config, so `.keras` files keep them and predict and
             export show them; `from_pretrained` fills them in from the
             checkpoint.
+        dynamic_image_size: take images of any height and width that are
+            multiples of the patch size (input (B, None, None, C)); the
+            position embedding, trained for `image_size`, is interpolated
+            in the graph for other grids, with the load-time resize's
+            method, and not at all at `image_size`.
+        dynamic_image_pad: with dynamic_image_size, take any size: images
+            are padded at the bottom and right (with 0, mid-grey in
+            [-1, 1]) up to the next multiple of the patch size.
         **config_overrides: ViTConfig fields to change, e.g.
             representation_size=768 or dropout_rate=0.1.
     """
@@ -92,6 +100,8 @@ class ViT(keras.Model):
         num_channels=3,
         name=None,
         labels=None,
+        dynamic_image_size=False,
+        dynamic_image_pad=False,
         **kwargs,
     ):
         # Anything that is not a Keras Model argument is a ViTConfig override.
@@ -109,6 +119,12 @@ class ViT(keras.Model):
                 f"{' (patch size x ResNet stride)' if config.resnet else ''}: use a multiple of "
                 f"{stride}, e.g. {max(1, round(height / stride)) * stride}."
             )
+        if dynamic_image_pad and not dynamic_image_size:
+            raise UserError("dynamic_image_pad=True pads images of any size for a dynamic model: also pass "
+                            "dynamic_image_size=True.")
+        if dynamic_image_size and config.position_embedding == "relative":
+            raise UserError("dynamic_image_size=True cannot resize the relative position bias in the graph yet: "
+                            "build the model at a fixed image_size (its weights are resized at load).")
         if int(num_channels) < 1:
             raise UserError(f"num_channels must be positive, got {num_channels}.")
         if include_top and (num_classes is None or int(num_classes) < 1):
@@ -127,7 +143,9 @@ class ViT(keras.Model):
         num_prefix_tokens = prefix_tokens_of(config)
         class_token = vit_layers.ClassToken(name="cls") if num_prefix_tokens else None
         grid = (height // stride, width // stride)
-        position_embedding = _position_embedding(config.position_embedding, grid, num_prefix_tokens)
+        position_embedding = _position_embedding(config.position_embedding, grid, num_prefix_tokens,
+                                                 stride if dynamic_image_size else None)
+        padding = vit_layers.PadToMultiple(stride, name="dynamic_pad") if dynamic_image_pad else None
         embedding_dropout = keras.layers.Dropout(config.dropout_rate, name="embedding_dropout")
         encoder = vit_layers.Encoder(
             config.num_layers,
@@ -158,9 +176,10 @@ class ViT(keras.Model):
         )
 
         # === Functional model ===
-        images = keras.Input((height, width, int(num_channels)), name="images")
+        input_size = (None, None) if dynamic_image_size else (height, width)
+        images = keras.Input((*input_size, int(num_channels)), name="images")
         x = embed_images(images, preprocessing, resnet, patch_embedding, class_token, position_embedding,
-                         embedding_dropout)
+                         embedding_dropout, padding=padding)
         x = encoder(x)
         x = pooling(x)  # (B, D)
         if pre_logits:
@@ -176,11 +195,14 @@ class ViT(keras.Model):
         self.include_preprocessing = bool(include_preprocessing)
         self.classifier_activation = classifier_activation
         self.num_channels = int(num_channels)
+        self.dynamic_image_size = bool(dynamic_image_size)
+        self.dynamic_image_pad = bool(dynamic_image_pad)
         self.labels = labels
         # Not part of the config: a guard for eager calls (see the class docstring).
         self.check_input_range = True
         # Named handles for porting, inspection and export (never list positions).
         self.preprocessing = preprocessing
+        self.padding = padding
         self.resnet = resnet
         self.patch_embedding = patch_embedding
         self.class_token = class_token
@@ -205,7 +227,7 @@ class ViT(keras.Model):
         (masked patch prediction corrupts them there)."""
         return embed_images(images, self.preprocessing, self.resnet, self.patch_embedding, self.class_token,
                             self.position_embedding, self.embedding_dropout, training=training,
-                            patch_hook=patch_hook)
+                            patch_hook=patch_hook, padding=self.padding)
 
     def forward_intermediates(self, images, training=False, attention=True):
         """One pass through the model's own layers, keeping what every stage made.
@@ -406,6 +428,8 @@ class ViT(keras.Model):
             if self.classifier_activation is not None else None,
             "num_channels": self.num_channels,
             "labels": self.labels,
+            "dynamic_image_size": self.dynamic_image_size,
+            "dynamic_image_pad": self.dynamic_image_pad,
             "name": self.name,
             "trainable": self.trainable,
         }
@@ -497,17 +521,22 @@ def _vits_in(model, seen=None) -> list:
 
 
 def embed_images(images, preprocessing, resnet, patch_embedding, class_token, position_embedding,
-                 embedding_dropout, training=None, patch_hook=None):
+                 embedding_dropout, training=None, patch_hook=None, padding=None):
     """The one embedding path: images -> the tokens the encoder sees (B, T, D).
 
-    [preprocessing] -> [ResNet stem] -> patch embedding -> [patch_hook] ->
-    [class token] -> [+ position embedding] -> dropout. The ViT builds its
+    [preprocessing] -> [padding] -> [ResNet stem] -> patch embedding ->
+    [patch_hook] -> [class token] -> [+ position embedding] -> dropout. A
+    dynamic position embedding (one with a `stride`) is also given the
+    images, whose size sets its grid. The ViT builds its
     graph with it (symbolic tensors) and `ViT.embed` calls it with the
     model's layers (eager or traced), so the two cannot disagree.
     Optional layers are None. training=None leaves the mode to the caller's
     context (inside the functional graph: the model's call).
     """
     x = preprocessing(images) if preprocessing is not None else images
+    if padding is not None:
+        x = padding(x)  # (B, H', W', C), multiples of the stride
+    pixels = x
     if resnet is not None:
         x = resnet(x, training=training)  # (B, H/s, W/s, C)
     x = patch_embedding(x)  # (B, N, D)
@@ -516,7 +545,8 @@ def embed_images(images, preprocessing, resnet, patch_embedding, class_token, po
     if class_token is not None:
         x = class_token(x)  # (B, N + 1, D)
     if position_embedding is not None:
-        x = position_embedding(x)
+        dynamic = getattr(position_embedding, "stride", None) is not None
+        x = position_embedding(x, pixels) if dynamic else position_embedding(x)
     return embedding_dropout(x, training=training)
 
 
@@ -559,16 +589,17 @@ def output_activation(model):
     return activation_name(getattr(last, "activation", None))
 
 
-def _position_embedding(kind, grid, num_prefix_tokens):
+def _position_embedding(kind, grid, num_prefix_tokens, stride=None):
     """The layer that adds `kind` of position embedding to the tokens, or None
     when nothing is added ("relative" lives in the attention, "none" is none).
-    Every absolute kind is named "posembed_input", the official module name."""
+    Every absolute kind is named "posembed_input", the official module name.
+    `stride` (pixels per token) makes it follow the images' grid (a dynamic model)."""
     if kind == "learned_1d":
-        return vit_layers.PositionEmbedding(name="posembed_input")
+        return vit_layers.PositionEmbedding(grid, num_prefix_tokens, stride=stride, name="posembed_input")
     if kind == "learned_2d":
-        return vit_layers.PositionEmbedding2D(grid, num_prefix_tokens, name="posembed_input")
+        return vit_layers.PositionEmbedding2D(grid, num_prefix_tokens, stride=stride, name="posembed_input")
     if kind == "sincos_2d":
-        return vit_layers.SinCosPositionEmbedding2D(grid, num_prefix_tokens, name="posembed_input")
+        return vit_layers.SinCosPositionEmbedding2D(grid, num_prefix_tokens, stride=stride, name="posembed_input")
     return None
 
 

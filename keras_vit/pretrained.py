@@ -14,7 +14,7 @@ from keras_vit.weights.npz import load_checkpoint
 from keras_vit.weights.sources import open_checkpoint
 
 _MODEL_ARGS = ("image_size", "num_classes", "include_top", "include_preprocessing", "classifier_activation",
-               "num_channels", "name", "trainable", "dtype")
+               "num_channels", "name", "trainable", "dtype", "dynamic_image_size", "dynamic_image_pad")
 
 
 def from_pretrained(source, **overrides):
@@ -26,6 +26,13 @@ def from_pretrained(source, **overrides):
         num_classes: a new zero-initialised head of that many classes (the
             checkpoint's head is kept when this is omitted or equal).
         include_top: False drops the head.
+        dynamic_image_size: one model for any size (multiples of the patch
+            size); the position embedding, loaded for `image_size`, is
+            interpolated in the graph for other grids. dynamic_image_pad=True
+            also takes sizes that are not multiples (padded).
+        patch_size: another patch size (a ViTConfig field): the patch
+            kernel is resized by FlexiViT's pseudo-inverse rule and the
+            position embedding to the new grid (keras_vit.weights.patch_resize).
         **overrides: other ViT arguments (include_preprocessing, ...) and
             ViTConfig fields (dropout_rate, ...).
 

@@ -3,6 +3,7 @@
 from keras_vit.layers.attention import MultiHeadSelfAttention
 from keras_vit.layers.class_token import ClassToken
 from keras_vit.layers.encoder import Encoder
+from keras_vit.layers.grid_resize import PadToMultiple
 from keras_vit.layers.encoder_block import LAYER_NORM_EPSILON, EncoderBlock
 from keras_vit.layers.mlp import MlpBlock
 from keras_vit.layers.patch_corruption import PatchCorruption
@@ -24,6 +25,7 @@ __all__ = [
     "LAYER_NORM_EPSILON",
     "MlpBlock",
     "MultiHeadSelfAttention",
+    "PadToMultiple",
     "PatchCorruption",
     "PatchEmbedding",
     "PositionEmbedding",

@@ -3,6 +3,8 @@
 import keras
 from keras import ops
 
+from keras_vit.layers.grid_resize import add_positions, resize_axis
+
 
 def grid_tuple(grid_size):
     """(rows, cols) as ints, from an int (square) or a pair."""
@@ -39,15 +41,19 @@ class PositionEmbedding2D(keras.layers.Layer):
     Args:
         grid_size: (rows, cols) of the patch grid (an int for a square).
         num_prefix_tokens: tokens before the grid (1 with a class token).
+        stride: pixels per token side; set by a dynamic model
+            (dynamic_image_size=True), whose call passes its images so that
+            the tables follow their grid.
 
     Another resolution: resize each table along its own axis
     (keras_vit.weights.resize), linear with the corners aligned.
     """
 
-    def __init__(self, grid_size, num_prefix_tokens=0, **kwargs):
+    def __init__(self, grid_size, num_prefix_tokens=0, stride=None, **kwargs):
         super().__init__(**kwargs)
         self.grid_size = grid_tuple(grid_size)
         self.num_prefix_tokens = int(num_prefix_tokens)
+        self.stride = None if stride is None else int(stride)
 
     def build(self, input_shape):
         check_token_count(self, input_shape, self.grid_size, self.num_prefix_tokens)
@@ -65,21 +71,29 @@ class PositionEmbedding2D(keras.layers.Layer):
 
     def table(self):
         """The (1, prefix + rows * cols, D) embedding, patches in row-major order."""
-        rows, cols = self.grid_size
-        half = self.row_embedding.shape[-1]
-        columns = ops.broadcast_to(self.column_embedding[None, :, :], (rows, cols, half))
-        row_part = ops.broadcast_to(self.row_embedding[:, None, :], (rows, cols, half))
-        grid = ops.reshape(ops.concatenate([columns, row_part], axis=-1), (rows * cols, 2 * half))
+        return self._compose(self.column_embedding, self.row_embedding)
+
+    def table_at(self, rows, cols):
+        """The table of a rows x cols grid: each learned table resized along its
+        own axis (keras_vit.weights.resize's rule), the prefix vectors kept."""
+        return self._compose(resize_axis(self.column_embedding, cols, 0), resize_axis(self.row_embedding, rows, 0))
+
+    def _compose(self, column_embedding, row_embedding):
+        # (1, cols, D/2) and (rows, 1, D/2) broadcast against each other to the (rows, cols, D/2) grid.
+        columns = column_embedding[None, :, :] + ops.zeros_like(row_embedding[:, None, :1])
+        row_part = row_embedding[:, None, :] + ops.zeros_like(column_embedding[None, :, :1])
+        grid = ops.concatenate([columns, row_part], axis=-1)  # (rows, cols, D)
+        grid = ops.reshape(grid, (-1, grid.shape[-1]))  # (rows * cols, D), row-major
         if self.prefix_embedding is not None:
-            grid = ops.concatenate([self.prefix_embedding, grid], axis=0)
+            grid = ops.concatenate([ops.convert_to_tensor(self.prefix_embedding), grid], axis=0)
         return grid[None]
 
-    def call(self, tokens):
-        return tokens + ops.cast(self.table(), tokens.dtype)
+    def call(self, tokens, images=None):
+        return add_positions(self, tokens, images)
 
-    def compute_output_shape(self, input_shape):
-        return input_shape
+    def compute_output_shape(self, tokens_shape, images_shape=None):
+        return tokens_shape
 
     def get_config(self):
         return {**super().get_config(), "grid_size": list(self.grid_size),
-                "num_prefix_tokens": self.num_prefix_tokens}
+                "num_prefix_tokens": self.num_prefix_tokens, "stride": self.stride}

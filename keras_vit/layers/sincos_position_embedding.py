@@ -4,6 +4,7 @@ import keras
 import numpy as np
 from keras import ops
 
+from keras_vit.layers.grid_resize import add_positions
 from keras_vit.layers.position_embedding_2d import check_token_count, grid_tuple
 
 
@@ -42,13 +43,17 @@ class SinCosPositionEmbedding2D(keras.layers.Layer):
         grid_size: (rows, cols) of the patch grid (an int for a square).
         num_prefix_tokens: tokens before the grid (1 with a class token).
         temperature: the longest wavelength's base (10,000, as everywhere).
+        stride: pixels per token side; set by a dynamic model
+            (dynamic_image_size=True), whose call passes its images so that
+            the table is computed for their grid.
     """
 
-    def __init__(self, grid_size, num_prefix_tokens=0, temperature=10000.0, **kwargs):
+    def __init__(self, grid_size, num_prefix_tokens=0, temperature=10000.0, stride=None, **kwargs):
         super().__init__(**kwargs)
         self.grid_size = grid_tuple(grid_size)
         self.num_prefix_tokens = int(num_prefix_tokens)
         self.temperature = float(temperature)
+        self.stride = None if stride is None else int(stride)
 
     def build(self, input_shape):
         check_token_count(self, input_shape, self.grid_size, self.num_prefix_tokens)
@@ -60,12 +65,25 @@ class SinCosPositionEmbedding2D(keras.layers.Layer):
         """The (1, prefix + rows * cols, D) embedding (a constant)."""
         return ops.convert_to_tensor(self._table)
 
-    def call(self, tokens):
-        return tokens + ops.cast(self.table(), tokens.dtype)
+    def table_at(self, rows, cols):
+        """The table of a rows x cols grid computed in the graph (`sincos_2d_table`'s
+        formula in Keras ops, for a grid known only at run time)."""
+        width = self._table.shape[-1]
+        quarter = width // 4
+        frequencies = 1.0 / self.temperature ** (np.arange(quarter, dtype=np.float64) / quarter)
+        frequencies = ops.convert_to_tensor(frequencies.astype(np.float32))[None, :]
+        y = ops.cast(ops.arange(rows * cols) // cols, "float32")[:, None] * frequencies
+        x = ops.cast(ops.arange(rows * cols) % cols, "float32")[:, None] * frequencies
+        grid = ops.concatenate([ops.sin(x), ops.cos(x), ops.sin(y), ops.cos(y)], axis=1)
+        return ops.concatenate([ops.zeros((self.num_prefix_tokens, width)), grid], axis=0)[None]
 
-    def compute_output_shape(self, input_shape):
-        return input_shape
+    def call(self, tokens, images=None):
+        return add_positions(self, tokens, images)
+
+    def compute_output_shape(self, tokens_shape, images_shape=None):
+        return tokens_shape
 
     def get_config(self):
         return {**super().get_config(), "grid_size": list(self.grid_size),
-                "num_prefix_tokens": self.num_prefix_tokens, "temperature": self.temperature}
+                "num_prefix_tokens": self.num_prefix_tokens, "temperature": self.temperature,
+                "stride": self.stride}

@@ -18,10 +18,10 @@ def pad_same(x, kernel_size, stride, value=0.0):
     (XLA) behaviour, which puts the extra row/column at the bottom/right.
     """
     height, width = x.shape[1], x.shape[2]
-    if height is None or width is None:
-        raise ValueError("The hybrid ResNet stem needs a known image size: give the model a fixed image_size.")
-    pad_h = same_padding(height, kernel_size, stride)
-    pad_w = same_padding(width, kernel_size, stride)
+    # A dynamic model (size known at run time) takes multiples of the whole stem's stride, so every
+    # window op here sees a multiple of its own stride, whose 'SAME' padding does not depend on the size.
+    pad_h = same_padding(stride if height is None else height, kernel_size, stride)
+    pad_w = same_padding(stride if width is None else width, kernel_size, stride)
     if pad_h == (0, 0) and pad_w == (0, 0):
         return x
     return ops.pad(x, ((0, 0), pad_h, pad_w, (0, 0)), constant_values=value)

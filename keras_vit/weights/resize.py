@@ -109,11 +109,14 @@ def resize_position_params(params, shapes, grid, num_prefix_tokens):
     for key, want in shapes.items():
         have = params.get(key)
         want = tuple(want)
-        if have is None or tuple(have.shape) == want or have.ndim != len(want):
+        if have is None or have.ndim != len(want):
             continue
-        if key.endswith(POSEMB_1D_SUFFIX) and have.shape[2] == want[2]:
+        if key.endswith(POSEMB_1D_SUFFIX) and have.shape[2] == want[2] and _needs_1d_resize(have, grid,
+                                                                                             num_prefix_tokens):
             params[key] = resize_position_embedding(have, grid, num_prefix_tokens=num_prefix_tokens)
             resized.append(f"the position embedding from {have.shape[1]} to {want[1]} tokens (grid {tuple(grid)})")
+            continue
+        if tuple(have.shape) == want:
             continue
         if key.endswith((ROW_SUFFIX, COLUMN_SUFFIX)) and have.shape[1] == want[1]:
             size = rows if key.endswith(ROW_SUFFIX) else cols
@@ -124,3 +127,13 @@ def resize_position_params(params, shapes, grid, num_prefix_tokens):
             continue
         resized.append(f"{key} from {tuple(have.shape)} to {tuple(params[key].shape)} (grid {tuple(grid)})")
     return params, resized
+
+
+def _needs_1d_resize(posemb, grid, num_prefix_tokens) -> bool:
+    """Whether a 1-D table (its grid taken to be square, as above) is for another grid
+    than `grid`: by the grid, not the token count, since 4x4 and 8x2 hold as many tokens."""
+    tokens = posemb.shape[1] - num_prefix_tokens
+    side = math.isqrt(tokens)
+    if side * side != tokens:
+        return tokens != grid[0] * grid[1]  # not square: resize_position_embedding names the problem
+    return (side, side) != tuple(grid)
