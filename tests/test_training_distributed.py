@@ -145,3 +145,52 @@ def test_kill_9_and_resume_equals_an_uninterrupted_run(tmp_path):
     for key in a:  # model weights, dropout RNG, optimizer moments and step
         np.testing.assert_array_equal(a[key], b[key], err_msg=key)
     assert resumed["eval"] == straight["eval"]
+
+
+# Issue #24: every augmentation and regulariser on at once (groups of 2 x 2
+# examples mixed, so every per-replica batch below holds whole groups).
+REGULARISED = {"randaugment": [2, 10], "mixup": 0.8, "cutmix": 1.0, "mix_prob": 0.9, "mix_switch_prob": 0.5,
+               "random_erasing": 0.25, "repeated_augmentation": 2, "ema": 0.9, "layer_decay": 0.75,
+               "loss": "sigmoid", "lr_base_batch": 8, "label_smoothing": 0.1, "train_augment": "translate"}
+
+
+def test_mirrored_equals_one_device_with_every_augmentation_and_regulariser(tmp_path):
+    result = _finish(_launch({"workdir": str(tmp_path), "logical_cpus": 2, "mirrored_vs_one_device": True,
+                              "overrides": {"steps": 3, "batch_size": 16, "jit_compile": True, **REGULARISED}}))
+    assert result["replicas"] == {"one_device": 1, "mirrored": 2}
+    assert result["max_weight_difference"] < 1e-5 * max(1.0, result["max_weight"]), result
+    np.testing.assert_allclose(result["losses"]["one_device"], result["losses"]["mirrored"], rtol=1e-5)
+
+
+def test_kill_9_and_resume_with_every_augmentation_and_regulariser(tmp_path):
+    overrides = {"steps": 8, "checkpoint_every": 3, "deterministic": True, "batch_size": 16,
+                 "learning_rate": 3e-3, **REGULARISED}
+    killed = _launch({"workdir": str(tmp_path / "resumed"), "kill_at": 5, "overrides": overrides})
+    straight = _launch({"workdir": str(tmp_path / "straight"), "overrides": overrides})
+    assert _finish(killed, expect_rc=-9) is None
+    resumed = _finish(_launch({"workdir": str(tmp_path / "resumed"), "overrides": overrides}))
+    straight = _finish(straight)
+    assert resumed["steps_this_session"] == 5 and resumed["losses"] == straight["losses"][3:]
+    a = checkpoint_arrays(tmp_path / "resumed" / "checkpoints" / "ckpt-00000008.npz")
+    b = checkpoint_arrays(tmp_path / "straight" / "checkpoints" / "ckpt-00000008.npz")
+    assert a.keys() == b.keys()
+    for key in a:  # weights, their moving averages, moments, step, RNG
+        np.testing.assert_array_equal(a[key], b[key], err_msg=key)
+    assert resumed["eval"] == straight["eval"]
+
+
+def test_two_worker_cluster_with_every_augmentation_and_regulariser_resumes_bitwise(tmp_path):
+    overrides = {"steps": 20, "batch_size": 32, "learning_rate": 1e-2, "checkpoint_every": 5,
+                 "deterministic": True, "steps_per_loop": 5, **REGULARISED}
+    straight = [_finish(w) for w in _cluster(tmp_path, tmp_path / "run", overrides, "straight")]
+    assert straight[0]["losses"] == straight[1]["losses"]
+    killed = _cluster(tmp_path, tmp_path / "killed", overrides, "killed", kill_at=12)
+    assert _finish(killed[1], expect_rc=-9) is None
+    killed[0].kill()
+    killed[0].communicate()
+    resumed = [_finish(w) for w in _cluster(tmp_path, tmp_path / "killed", overrides, "resumed")]
+    assert resumed[0]["losses"] == straight[0]["losses"][10:]
+    for index in range(2):
+        with np.load(tmp_path / f"straight{index}.npz") as a, np.load(tmp_path / f"resumed{index}.npz") as b:
+            for key in a.files:
+                np.testing.assert_array_equal(a[key], b[key], err_msg=key)
