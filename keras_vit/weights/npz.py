@@ -14,6 +14,7 @@ from keras_vit.errors import UserError
 from keras_vit.weights.layout import official_layout_error, variables_by_key
 from keras_vit.weights.resize import COLUMN_SUFFIX, POSEMB_1D_SUFFIX, RELATIVE_SUFFIX, ROW_SUFFIX, \
     resize_position_params
+from keras_vit.weights.patch_resize import resize_patch_params
 
 logger = logging.getLogger("keras_vit")
 
@@ -46,7 +47,9 @@ def load_checkpoint(model, params: Mapping[str, np.ndarray]) -> None:
     - a model without the representation layer -> "pre_logits" is dropped;
     - a model without a head -> the file's head is ignored;
     - another position grid -> the position weights are resized by the rule
-      of their kind (keras_vit.weights.resize; class token kept).
+      of their kind (keras_vit.weights.resize; class token kept);
+    - another patch size -> the patch kernel is resized by FlexiViT's
+      pseudo-inverse rule (keras_vit.weights.patch_resize).
     Learned position weights of another kind than the model's
     position_embedding are a one-line ValueError; anything else missing,
     extra or mis-shaped is a ValueError naming it.
@@ -89,6 +92,8 @@ def load_checkpoint(model, params: Mapping[str, np.ndarray]) -> None:
                         f"train the {wanted} kind from scratch.")
     shapes = {key: tuple(variable.shape) for key, variable in expected.items()}
     params, resized = resize_position_params(params, shapes, model.grid_size, model.num_prefix_tokens)
+    params, kernel_resized = resize_patch_params(params, shapes)
+    resized += kernel_resized
     for what in resized:
         logger.warning("keras_vit: resizing %s.", what)
 
