@@ -16,7 +16,46 @@ def test_the_papers_recipes():
     assert (PRETRAIN.optimizer, PRETRAIN.momentum, PRETRAIN.beta_2) == ("adamw", 0.9, 0.999)
     assert (PRETRAIN.weight_decay, PRETRAIN.batch_size) == (0.1, 4096)
     assert (PRETRAIN.warmup_steps, PRETRAIN.schedule, PRETRAIN.representation_layer) == (10_000, "linear", True)
-    assert set(RECIPES) == {"finetune", "pretrain", "scratch", "masked_patch"} and SCRATCH.name == "scratch"
+    assert set(RECIPES) == {"finetune", "pretrain", "scratch", "masked_patch", "augreg", "deit", "plain_baseline",
+                            "finetune_ld"} and SCRATCH.name == "scratch"
+
+
+def test_the_recipes_without_jft_and_their_augmentation_levels():
+    # AugReg: big_vision's level per size; an explicit level or flag wins.
+    assert TrainConfig.create("augreg", model="Ti/16").recipe.randaugment == (2, 0)
+    medium2 = TrainConfig.create("augreg", model="B/16").recipe
+    assert (medium2.aug_level, medium2.randaugment, medium2.mixup) == ("medium2", (2, 15), 0.5)
+    assert TrainConfig.create("augreg", model="S/32").recipe.aug_level == "light2"
+    override = TrainConfig.create("augreg", model="B/16", aug_level="light1", mixup=0.1).recipe
+    assert (override.randaugment, override.mixup) == ((2, 0), 0.1)
+    deit = RECIPES["deit"]
+    assert (deit.randaugment, deit.mixup, deit.cutmix, deit.random_erasing) == ((2, 9), 0.8, 1.0, 0.25)
+    assert (deit.repeated_augmentation, deit.ema, deit.epochs, deit.peak_learning_rate) == (3, 0.99996, 300, 1e-3)
+    assert (RECIPES["plain_baseline"].classifier, RECIPES["plain_baseline"].epochs) == ("gap", 90)
+    assert RECIPES["finetune_ld"].layer_decay == 0.65 and RECIPES["finetune_ld"].ema
+    with pytest.raises(ValueError, match="aug_level"):
+        TrainConfig.create("augreg", aug_level="huge")
+
+
+def test_regulariser_flags_parse_and_bad_values_are_usage_errors():
+    parser = argparse.ArgumentParser()
+    cli.add_arguments(parser)
+    args = parser.parse_args(["--workdir", "w", "--recipe", "scratch", "--randaugment", "2,15", "--mixup", "0.8",
+                              "--cutmix", "1", "--mix-prob", "0.5", "--random-erasing", "0.25",
+                              "--repeated-augmentation", "3", "--ema", "0.999", "--layer-decay", "0.75",
+                              "--loss", "sigmoid", "--epochs", "2.5", "--lr-base-batch", "512",
+                              "--patch-dropout", "0.5", "--aug-level", "light2"])
+    recipe = cli.config_from_args(args).recipe
+    assert (recipe.randaugment, recipe.mixup, recipe.cutmix, recipe.mix_prob) == ((2, 15), 0.8, 1.0, 0.5)
+    assert (recipe.repeated_augmentation, recipe.ema, recipe.layer_decay, recipe.loss) == (3, 0.999, 0.75, "sigmoid")
+    assert (recipe.epochs, recipe.lr_base_batch, recipe.patch_dropout, recipe.aug_level) == (2.5, 512, 0.5, "light2")
+    for bad in (["--randaugment", "2"], ["--ema", "1.5"], ["--loss", "hinge"], ["--mix-prob", "2"],
+                ["--patch-dropout", "1"], ["--randaugment", "2,40"]):
+        try:
+            cli.check_args(parser.parse_args(["--workdir", "w", *bad]))
+        except (cli.UsageError, SystemExit):
+            continue
+        raise AssertionError(f"{bad} was accepted")
 
 
 def test_overrides_reach_the_recipe_and_the_run():

@@ -52,6 +52,8 @@ _RECIPE_HELP = {
     "random_erasing": "probability of erasing a random box of each image",
     "repeated_augmentation": "each example K times per epoch, differently augmented",
     "patch_dropout": "fraction of patch tokens dropped in training (evaluation keeps all)",
+    "aug_level": "AugReg augmentation level: " + " | ".join(config_lib.AUG_LEVELS) + " | by_size "
+                 "(sets --randaugment and --mixup; the augreg recipe picks by model size)",
 }
 
 
@@ -152,7 +154,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     types = {"grad_clip_norm": _clip, "representation_layer": _bool, "image_size": positive_int,
              "batch_size": positive_int, "steps": non_negative_int, "warmup_steps": non_negative_int,
              "epochs": float, "lr_base_batch": positive_int, "ema": float, "layer_decay": float,
-             "randaugment": _randaugment, "repeated_augmentation": positive_int}
+             "randaugment": _randaugment, "repeated_augmentation": positive_int, "aug_level": str}
     for field in config_lib.RECIPE_FIELDS:
         default_type = type(getattr(config_lib.FINETUNE, field))
         kind = types.get(field, str if field == "classifier" else (int if field == "image_size" else default_type))

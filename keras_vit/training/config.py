@@ -95,6 +95,9 @@ class Recipe:
             epoch (differently augmented), in place of others (an epoch keeps its length).
         patch_dropout: fraction of the patch tokens dropped at random in
             training (PatchDropout / FLIP); evaluation sees them all.
+        aug_level: an AugReg augmentation level (AUG_LEVELS: none, light1,
+            light2, medium1, medium2, strong1, strong2) that sets randaugment
+            and mixup; "by_size" picks it from the model as big_vision does.
     """
 
     name: str
@@ -128,6 +131,7 @@ class Recipe:
     random_erasing: float = 0.0
     repeated_augmentation: int = 1
     patch_dropout: float = 0.0
+    aug_level: Optional[str] = None
 
     def __post_init__(self):
         if self.randaugment is not None:
@@ -205,7 +209,86 @@ MASKED_PATCH = Recipe(
     grad_clip_norm=1.0, train_augment="inception_crop_flip", image_size=224,
     representation_layer=False, dropout_rate=0.0,
 )
-RECIPES = {recipe.name: recipe for recipe in (FINETUNE, PRETRAIN, SCRATCH, MASKED_PATCH)}
+# ImageNet-1k epoch of 1,281,167 images: warmups given in epochs below are in steps here.
+IMAGENET_TRAIN = 1_281_167
+
+# AugReg (Steiner et al. 2021; big_vision configs/vit_i1k.py): Adam 1e-3, cosine
+# after 10k warmup steps, batch 4096, 300 epochs, clip 1, Inception crop + flip
+# at 224 and an augmentation level per model size (AUG_LEVELS, aug_level
+# "by_size"). big_vision adds wd x schedule without the learning rate; Keras
+# decays by learning rate x wd: its 1e-4 is 0.1 here.
+AUGREG = Recipe(
+    name="augreg", optimizer="adamw", learning_rate=1e-3, momentum=0.9, beta_2=0.999, weight_decay=0.1,
+    schedule="cosine", warmup_steps=10_000, epochs=300, batch_size=4096, grad_clip_norm=1.0,
+    train_augment="inception_crop_flip", image_size=224, representation_layer=True, classifier="token",
+    aug_level="by_size",
+)
+# DeiT (Touvron et al. 2021, main.py defaults): AdamW 5e-4 x batch / 512, wd 0.05,
+# 300 epochs with 5 of warmup at batch 1024, label smoothing 0.1, RandAugment
+# m9, random erasing 0.25, Mixup 0.8 / CutMix 1.0 (switch 0.5), repeated
+# augmentation x3, stochastic depth 0.1, EMA 0.99996, no clipping.
+DEIT = Recipe(
+    name="deit", optimizer="adamw", learning_rate=5e-4, lr_base_batch=512, momentum=0.9, beta_2=0.999,
+    weight_decay=0.05, schedule="cosine", warmup_steps=5 * IMAGENET_TRAIN // 1024, epochs=300, batch_size=1024,
+    grad_clip_norm=None, label_smoothing=0.1, train_augment="inception_crop_flip", image_size=224,
+    classifier="token", stochastic_depth_rate=0.1, randaugment=(2, 9), random_erasing=0.25, mixup=0.8,
+    cutmix=1.0, repeated_augmentation=3, ema=0.99996,
+)
+# "Better plain ViT baselines" (Beyer et al. 2022; big_vision configs/vit_s16_i1k.py):
+# S/16 with global average pooling (and sin-cos 2-D position embedding:
+# --position-embedding sincos_2d), Adam 1e-3, batch 1024, 90 epochs, 10k
+# warmup, cosine, clip 1, RandAugment(2, 10), Mixup 0.2.
+PLAIN_BASELINE = Recipe(
+    name="plain_baseline", optimizer="adamw", learning_rate=1e-3, momentum=0.9, beta_2=0.999, weight_decay=0.1,
+    schedule="cosine", warmup_steps=10_000, epochs=90, batch_size=1024, grad_clip_norm=1.0,
+    train_augment="inception_crop_flip", image_size=224, representation_layer=True, classifier="gap",
+    randaugment=(2, 10), mixup=0.2,
+)
+# Fine-tuning after self-supervised pre-training (BEiT / MAE): AdamW 5e-4 x
+# batch / 256, wd 0.05, layer decay 0.65, 100 epochs with 5 of warmup,
+# RandAugment m9, Mixup 0.8 / CutMix 1.0, label smoothing 0.1, random erasing
+# 0.25, stochastic depth 0.1, global average pooling, and an EMA of the weights.
+FINETUNE_LD = Recipe(
+    name="finetune_ld", optimizer="adamw", learning_rate=5e-4, lr_base_batch=256, momentum=0.9, beta_2=0.999,
+    weight_decay=0.05, schedule="cosine", warmup_steps=5 * IMAGENET_TRAIN // 1024, epochs=100, batch_size=1024,
+    grad_clip_norm=None, label_smoothing=0.1, train_augment="inception_crop_flip", image_size=224,
+    classifier="gap", stochastic_depth_rate=0.1, layer_decay=0.65, randaugment=(2, 9), random_erasing=0.25,
+    mixup=0.8, cutmix=1.0, ema=0.9999,
+)
+RECIPES = {recipe.name: recipe for recipe in (FINETUNE, PRETRAIN, SCRATCH, MASKED_PATCH, AUGREG, DEIT,
+                                              PLAIN_BASELINE, FINETUNE_LD)}
+
+# The AugReg paper's augmentation levels (big_vision vit_i1k.py): RandAugment and Mixup alpha.
+AUG_LEVELS = {
+    "none": dict(randaugment=None, mixup=0.0), "light1": dict(randaugment=(2, 0), mixup=0.0),
+    "light2": dict(randaugment=(2, 10), mixup=0.2), "medium1": dict(randaugment=(2, 15), mixup=0.2),
+    "medium2": dict(randaugment=(2, 15), mixup=0.5), "strong1": dict(randaugment=(2, 20), mixup=0.5),
+    "strong2": dict(randaugment=(2, 20), mixup=0.8),
+}
+
+
+def aug_level_by_size(model) -> str:
+    """big_vision's choice per model size: light1 for Ti, light2 for S/32,
+    medium2 for S/16 and larger; by width for a ViTConfig (192: Ti)."""
+    if isinstance(model, str):
+        size, _, patch = model.partition("/")
+        if size == "Ti":
+            return "light1"
+        return "light2" if (size, patch) == ("S", "32") else "medium2"
+    width = getattr(model, "hidden_size", None)
+    return "light1" if width is not None and width <= 192 else "medium2"
+
+
+def _with_aug_level(base: Recipe, changes: dict, model) -> dict:
+    """The recipe changes with the augmentation level's fields filled in
+    (explicit --randaugment / --mixup win over the level's)."""
+    level = changes.get("aug_level", base.aug_level)
+    if level is None:
+        return changes
+    if level == "by_size":
+        level = aug_level_by_size(model)
+    _check_choice("aug_level", level, tuple(AUG_LEVELS) + ("by_size",))
+    return {**AUG_LEVELS[level], **changes, "aug_level": level}
 RECIPE_FIELDS = tuple(f.name for f in dataclasses.fields(Recipe) if f.name != "name")
 
 
@@ -351,6 +434,7 @@ class TrainConfig:
             raise UserError(f"Unknown recipe {recipe!r}; known recipes: {sorted(RECIPES)}.")
         base = RECIPES[recipe] if isinstance(recipe, str) else recipe
         recipe_changes = {k: overrides.pop(k) for k in list(overrides) if k in RECIPE_FIELDS}
+        recipe_changes = _with_aug_level(base, recipe_changes, overrides.get("model"))
         unknown = set(overrides) - {f.name for f in dataclasses.fields(cls)}
         if unknown:
             raise UserError(f"Unknown TrainConfig/Recipe field(s) {sorted(unknown)}.")
