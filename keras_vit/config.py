@@ -76,6 +76,8 @@ class ViTConfig:
         attention_dropout_rate: dropout on the attention probabilities.
         stochastic_depth_rate: drop-path rate of the last block; block i uses
             rate * i / (num_layers - 1).
+        patch_dropout: fraction of the patch tokens left out at random in
+            training (keras_vit.layers.PatchDropout); inference keeps all.
         layer_norm_epsilon: epsilon of every LayerNorm: 1e-6 in the official
             code (and timm, keras-hub), 1e-12 in HF transformers' ViT.
         gelu_approximate: the MLP's GELU: True is the tanh approximation of
@@ -104,6 +106,7 @@ class ViTConfig:
     dropout_rate: float = 0.0
     attention_dropout_rate: float = 0.0
     stochastic_depth_rate: float = 0.0
+    patch_dropout: float = 0.0
     layer_norm_epsilon: float = 1e-6
     gelu_approximate: bool = True
     position_embedding: str = "learned_1d"
@@ -123,7 +126,7 @@ class ViTConfig:
                 f"hidden_size ({self.hidden_size}) must be divisible by num_heads "
                 f"({self.num_heads})."
             )
-        for field in ("dropout_rate", "attention_dropout_rate", "stochastic_depth_rate"):
+        for field in ("dropout_rate", "attention_dropout_rate", "stochastic_depth_rate", "patch_dropout"):
             if not 0.0 <= getattr(self, field) < 1.0:
                 raise UserError(f"ViTConfig.{field} must be in [0, 1), got {getattr(self, field)!r}.")
         if not 0.0 < float(self.layer_norm_epsilon) < 1.0:
@@ -131,6 +134,9 @@ class ViTConfig:
         if self.position_embedding not in POSITION_EMBEDDINGS:
             raise UserError(f"ViTConfig.position_embedding must be one of {POSITION_EMBEDDINGS}, got "
                             f"{self.position_embedding!r}.")
+        if self.patch_dropout and self.position_embedding == "relative":
+            raise UserError("patch_dropout needs a position embedding added to the tokens: the relative position "
+                            "bias is a table over the whole grid. Use another --position-embedding.")
         # Both 2-D tables split the width in halves (column, row); sin-cos splits each half again.
         divisor = {"learned_2d": 2, "sincos_2d": 4}.get(self.position_embedding, 1)
         if self.hidden_size % divisor:

@@ -146,7 +146,10 @@ class ViT(keras.Model):
         position_embedding = _position_embedding(config.position_embedding, grid, num_prefix_tokens,
                                                  stride if dynamic_image_size else None)
         padding = vit_layers.PadToMultiple(stride, name="dynamic_pad") if dynamic_image_pad else None
-        embedding_dropout = keras.layers.Dropout(config.dropout_rate, name="embedding_dropout")
+        embedding_dropout = (
+            vit_layers.PatchDropout(config.patch_dropout, num_prefix_tokens, config.dropout_rate,
+                                    name="embedding_dropout")
+            if config.patch_dropout else keras.layers.Dropout(config.dropout_rate, name="embedding_dropout"))
         encoder = vit_layers.Encoder(
             config.num_layers,
             config.num_heads,
@@ -366,6 +369,24 @@ class ViT(keras.Model):
         compile_config = self.get_compile_config() if self.compiled else None
         if compile_config:
             other.compile_from_config(compile_config)
+        return other
+
+    def with_image_size(self, image_size=None, dynamic_image_size=None, dynamic_image_pad=None):
+        """This model at another `image_size` (position weights resized by the
+        loader's rule) and/or taking any size (dynamic_image_size, see the
+        class docstring): a new ViT with the same config and weights; `self`
+        when nothing changes. None keeps a setting as it is."""
+        config = self.get_config()
+        changes = {"image_size": None if image_size is None else list(_image_size(image_size)),
+                   "dynamic_image_size": dynamic_image_size, "dynamic_image_pad": dynamic_image_pad}
+        changes = {key: value for key, value in changes.items() if value is not None and value != config[key]}
+        if not changes:
+            return self
+        other = type(self).from_config({**config, **changes})
+        from keras_vit.weights import checkpoint_params, load_weights
+
+        load_weights(other, checkpoint_params(self))
+        other.check_input_range = self.check_input_range
         return other
 
     def _check_input_range(self, inputs):

@@ -7,6 +7,7 @@ from keras_vit.layers.grid_resize import PadToMultiple
 from keras_vit.layers.encoder_block import LAYER_NORM_EPSILON, EncoderBlock
 from keras_vit.layers.mlp import MlpBlock
 from keras_vit.layers.patch_corruption import PatchCorruption
+from keras_vit.layers.patch_dropout import PatchDropout
 from keras_vit.layers.patch_embedding import PatchEmbedding
 from keras_vit.layers.pooling import TokenPooling
 from keras_vit.layers.position_embedding import PositionEmbedding
@@ -18,6 +19,7 @@ from keras_vit.layers.std_conv import StdConv2D
 from keras_vit.layers.stochastic_depth import StochasticDepth
 
 __all__ = [
+    "PatchDropout",
     "BottleneckUnit",
     "ClassToken",
     "Encoder",

@@ -514,6 +514,7 @@ def resolve_model_config(config: TrainConfig, initial=None):
         classifier=(chosen or base.classifier) if initial is None else base.classifier,
         dropout_rate=recipe.dropout_rate,
         stochastic_depth_rate=recipe.stochastic_depth_rate,
+        patch_dropout=recipe.patch_dropout,
     )
 
 
