@@ -35,6 +35,16 @@ def non_negative_int(text):
     return value
 
 
+def image_size(text):
+    """--image-size: "224" (a square side) -> 224, or "160,288" (height,width) -> (160, 288)."""
+    parts = text.replace("x", ",").split(",")
+    if len(parts) == 1:
+        return positive_int(text)
+    if len(parts) != 2:
+        raise argparse.ArgumentTypeError(f"expected SIDE or HEIGHT,WIDTH, got {text!r}")
+    return tuple(positive_int(part.strip()) for part in parts)
+
+
 def _int(text):
     try:
         return int(text)

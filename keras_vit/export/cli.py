@@ -11,6 +11,7 @@ import sys
 
 def add_arguments(parser):
     # The registry imports no TensorFlow: --help stays fast.
+    from keras_vit._flags import image_size
     from keras_vit.errors import install_hint
     from keras_vit.export.registry import FORMATS, OPTIONAL_FORMATS, REGISTRY
 
@@ -50,7 +51,13 @@ def add_arguments(parser):
     parser.add_argument("--latency-runs", type=int, default=20, help="timed single-image calls (default 20)")
     group = parser.add_argument_group("building a variant (source is a variant name)")
     group.add_argument("--weights", help="an official-format .npz or a checkpoint name")
-    group.add_argument("--image-size", type=int, help="input side (default 224)")
+    parser.add_argument("--image-size", type=image_size,
+                        help="input size, SIDE or HEIGHT,WIDTH: a variant is built at it (default 224), any other "
+                             "ViT rebuilt at it (position weights resized); every fixed-size artifact takes it")
+    parser.add_argument("--dynamic-image-size", action="store_true",
+                        help="the SavedModel, ONNX and TFLite artifacts take any height and width (multiples of the "
+                             "patch size; the position embedding is interpolated in the graph); validated at the "
+                             "model's size")
     group.add_argument("--num-classes", type=int, help="classes of the head (default 1000)")
     group.add_argument("--num-channels", type=int, help="input channels (default 3)")
     parser.add_argument("--quiet", action="store_true", help="print only the table")
@@ -69,7 +76,8 @@ def run(args):
             labels=args.labels, name=args.name, version=args.version, top_k=args.top_k,
             num_validation=args.num_validation, num_calibration=args.num_calibration,
             latency_runs=args.latency_runs, weights=args.weights, image_size=args.image_size,
-            num_classes=args.num_classes, num_channels=args.num_channels, overwrite=args.overwrite, verbose=True)
+            num_classes=args.num_classes, num_channels=args.num_channels, overwrite=args.overwrite, verbose=True,
+            dynamic_image_size=args.dynamic_image_size)
     except UserError as error:  # bad input, or a missing extra (ExportError, MissingExtra)
         print(f"keras-vit export: error: {error}", file=sys.stderr)
         return 2

@@ -34,7 +34,9 @@ def write(model, path):
 
     check(model)
     tf2onnx = require("tf2onnx", "onnx", "ONNX export")
-    _, height, width, channels = model.inputs[0].shape
+    height, width, channels = serving.input_size(model)
+    if serving.is_dynamic(model):  # tf2onnx expresses the in-graph interpolation (an If): any H and W
+        height = width = None
     spec = tf.TensorSpec((None, height, width, channels), tf.float32, name="images")
     fn = tf.function(lambda images: {"probabilities": serving.probabilities(model, images)})
     tf2onnx.convert.from_function(fn, input_signature=[spec], opset=OPSET, output_path=path)

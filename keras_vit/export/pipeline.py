@@ -60,7 +60,7 @@ def export(model_or_path, formats=None, out="exports", *, validation_data=None, 
            num_validation: Optional[int] = None, num_calibration: int = 200, latency_runs: int = 20,
            thresholds: Optional[Dict[str, Dict]] = None, weights=None, image_size=None, num_classes=None,
            num_channels=None, overwrite: bool = False, raise_on_failure: bool = True,
-           verbose: bool = True) -> Dict:
+           verbose: bool = True, dynamic_image_size: bool = False) -> Dict:
     """Exports a model to `formats` under `out`, validating every artifact.
 
     Args:
@@ -99,6 +99,9 @@ def export(model_or_path, formats=None, out="exports", *, validation_data=None, 
         thresholds: per-format overrides of each format's thresholds.
         overwrite: replace the export already in `out` (as a whole, once the
             new one passed); without it such a folder is refused.
+        dynamic_image_size: the SavedModel, ONNX and TFLite artifacts take
+            any height and width (a keras_vit ViT rebuilt with
+            dynamic_image_size=True); validated at the model's image_size.
         raise_on_failure: raise ExportFailed (after installing what may be
             installed, see above) if any artifact failed.
 
@@ -110,7 +113,8 @@ def export(model_or_path, formats=None, out="exports", *, validation_data=None, 
                         num_calibration=num_calibration, latency_runs=latency_runs, thresholds=thresholds,
                         overwrite=overwrite, verbose=verbose)
     report = exporter.run(model_or_path, labels=labels, name=name, weights=weights, image_size=image_size,
-                          num_classes=num_classes, num_channels=num_channels)
+                          num_classes=num_classes, num_channels=num_channels,
+                          dynamic_image_size=dynamic_image_size)
     if raise_on_failure and not report["passed"]:
         raise ExportFailed(report)
     return report
@@ -210,8 +214,10 @@ class Exporter:
         """Validation and calibration images, drawn across classes (seeded,
         stratified), never "the first N files" (in a class-sorted folder, the first classes only)."""
         from keras_vit.export import data as data_lib
+        from keras_vit.export.serving import input_size
 
-        size, channels = tuple(int(d) for d in model.inputs[0].shape[1:3]), int(model.inputs[0].shape[3])
+        *size, channels = input_size(model)
+        size = tuple(size)
         try:
             if self.validation_data is None:
                 data = _Data(data_lib.random_images(32, size, channels))
@@ -241,14 +247,17 @@ class Exporter:
     def announce(self, src, data: _Data) -> None:
         from keras_vit.export import data as data_lib
 
+        from keras_vit.export.serving import input_size, is_dynamic
+
         model = src.model
-        height, width, channels = (int(d) for d in model.inputs[0].shape[1:])
+        height, width, channels = input_size(model)
+        any_size = " (SavedModel and ONNX take any size, TFLite any size at batch 1)" if is_dynamic(model) else ""
         calibration = ""
         if data.calibration is not None:
             calibration = f"; int8 calibration on {data_lib.describe(data.calibration)}" + (
                 ", kept out of validation" if data.held_out else
                 " (too few images to keep them out of validation)" if data.held_out is False else "")
-        self.say(f"{src.description}: {model.count_params():,} parameters, input {height}x{width}x{channels}, "
+        self.say(f"{src.description}: {model.count_params():,} parameters, input {height}x{width}x{channels}{any_size}, "
                  f"{len(src.labels)} classes; validating on {data_lib.describe(data.validation)} "
                  f"({data.validation.source}){calibration}")
 
@@ -316,6 +325,7 @@ class Exporter:
     def report(self, src, formats, data: _Data, version, keras_row, rows, skipped, replacing) -> Dict:
         """The report; `report_path` None when nothing is installed (a failed export replacing one)."""
         from keras_vit.export import data as data_lib
+        from keras_vit.export.serving import input_size, is_dynamic
 
         passed = all(row["passed"] for row in rows)
         install = passed or not replacing
@@ -325,7 +335,8 @@ class Exporter:
         names = [fmt.name for fmt in formats]
         return {
             "model": {"name": src.name, "source": src.description, "parameters": int(model.count_params()),
-                      "input_shape": [int(d) for d in model.inputs[0].shape[1:]], "num_classes": len(src.labels),
+                      "input_shape": list(input_size(model)), "dynamic_image_size": is_dynamic(model),
+                      "num_classes": len(src.labels),
                       "saved_model_version": version if "saved_model" in names else None},
             "validation": {"num_images": len(validation), "num_classes": data_lib.num_classes_in(validation),
                            "source": validation.source, "labels": validation.labels is not None,

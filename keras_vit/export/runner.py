@@ -47,6 +47,9 @@ def run_tflite(path, images, runs):
     from ai_edge_litert.interpreter import Interpreter
 
     interpreter = Interpreter(model_path=path, num_threads=1)
+    (input_detail,) = interpreter.get_input_details()
+    # A resizable input (-1 height and width: a dynamic model) takes the images' size.
+    interpreter.resize_tensor_input(input_detail["index"], [1, *images.shape[1:]])
     interpreter.allocate_tensors()
     (input_detail,) = interpreter.get_input_details()
     output_index = interpreter.get_output_details()[0]["index"]

@@ -1,12 +1,14 @@
 """SavedModel for TF Serving: two signatures, labels shipped as an asset.
 
-    serving_default(images: float32 (B, H, W, C), pixels 0..255)
+    serving_default(images: float32 (B, H, W, C), pixels 0..255; any H and W
+                    for a model built with dynamic_image_size=True)
     serving_bytes(image_bytes: string (B,), encoded JPEG/PNG/BMP/GIF)
         -> probabilities (B, classes), top_k_ids (B, k) int32,
            top_k_probabilities (B, k), top_k_labels (B, k) string
 
 The bytes signature decodes, resizes (bilinear, antialiased) and normalises
-in the graph, with keras_vit.images' rules (16-bit, alpha, grayscale).
+in the graph, with keras_vit.images' rules (16-bit, alpha, grayscale), to the
+model's size (its image_size for a dynamic model).
 Undecodable bytes raise InvalidArgumentError inside the op:
 TF Serving answers that request with an error and goes on serving.
 """
@@ -42,7 +44,8 @@ def write(model, labels, path, top_k=5):
     from keras_vit.export import serving
 
     check(model)
-    _, height, width, channels = (int(d) if d is not None else None for d in model.inputs[0].shape)
+    height, width, channels = serving.input_size(model)
+    served = (None, None) if serving.is_dynamic(model) else (height, width)
     k = min(int(top_k), len(labels))
 
     # The labels file becomes the SavedModel's assets/labels.txt.
@@ -84,7 +87,7 @@ def write(model, labels, path, top_k=5):
     archive.track(model)
     archive.track(table)
     archive.add_endpoint("serving_default", classify, input_signature=[
-        tf.TensorSpec((None, height, width, channels), tf.float32, name="images")])
+        tf.TensorSpec((None, *served, channels), tf.float32, name="images")])
     archive.add_endpoint("serving_bytes", classify_bytes, input_signature=[
         tf.TensorSpec((None,), tf.string, name="image_bytes")])
     try:

@@ -15,6 +15,20 @@ from keras_vit import images as images_lib
 takes_raw_pixels = images_lib.takes_raw_pixels
 
 
+def input_size(model):
+    """(height, width, channels) the artifacts are validated at (and a fixed-size
+    artifact takes): the model's input, or for a model that takes any size
+    (ViT(dynamic_image_size=True)) the size it was built for."""
+    if is_dynamic(model):
+        return (*model.image_size, int(model.inputs[0].shape[-1]))
+    return tuple(int(d) for d in model.inputs[0].shape[1:])
+
+
+def is_dynamic(model) -> bool:
+    """True for a model whose input takes any height and width."""
+    return bool(getattr(model, "dynamic_image_size", False))
+
+
 def returns_probabilities(model) -> bool:
     """True when the head ends in softmax or sigmoid: its outputs are served as they are."""
     from keras_vit.model import output_activation

@@ -23,7 +23,7 @@ class Source:
 
 
 def resolve(model_or_path, *, weights=None, image_size=None, num_classes=None, num_channels=None,
-            labels=None, name=None) -> Source:
+            labels=None, name=None, dynamic_image_size=False) -> Source:
     """The model to export, its labels and a name.
 
     Args:
@@ -35,11 +35,17 @@ def resolve(model_or_path, *, weights=None, image_size=None, num_classes=None, n
         labels: a list of class names or a path to a file with one per line;
             default: the model's own, else its workdir's, else "0".."N-1".
         name: the artifacts' name; default from the file, folder, checkpoint or variant.
+        image_size: for a variant, the size it is built at; for any other
+            ViT, the size it is rebuilt at (position weights resized), the
+            size of every fixed-size artifact. An int or (height, width).
+        dynamic_image_size: export a ViT that takes any size
+            (ViT.with_image_size); validated at its image_size.
     """
     from keras_vit import model_source, runs, storage
     from keras_vit.variants import VARIANTS, canonical_name
     from keras_vit.weights.sources import is_checkpoint_name
 
+    variant = False
     if isinstance(model_or_path, keras.Model):
         model = model_or_path
         opened = model_source.ModelSource(model, model_source.choose_labels(model, labels), model.name,
@@ -56,6 +62,7 @@ def resolve(model_or_path, *, weights=None, image_size=None, num_classes=None, n
             model = _from_variant(path, weights, image_size, num_classes, num_channels)
             opened = model_source.ModelSource(model, model_source.choose_labels(model, labels), model.name,
                                               f"variant {path} with weights {weights}")
+    opened = _sized(opened, None if variant else image_size, dynamic_image_size)
     _check_model(opened.model)
     num_outputs = int(opened.model.outputs[0].shape[-1])
     names = runs.default_labels(num_outputs) if opened.labels is None else opened.labels
@@ -84,12 +91,26 @@ def _from_variant(variant, weights, image_size, num_classes, num_channels):
                num_channels=num_channels or 3)
 
 
+def _sized(opened, image_size, dynamic_image_size):
+    """`opened` with its ViT rebuilt at `image_size` and/or taking any size; other models as they are."""
+    if image_size is None and not dynamic_image_size:
+        return opened
+    from keras_vit.model import ViT
+
+    if not isinstance(opened.model, ViT):
+        raise UserError(f"--image-size and --dynamic-image-size rebuild a keras_vit ViT; {opened.model.name} is a "
+                        f"{type(opened.model).__name__}: export it at its own size.")
+    model = opened.model.with_image_size(image_size, dynamic_image_size=dynamic_image_size or None)
+    return dataclasses.replace(opened, model=model)
+
+
 def _check_model(model):
     if len(model.inputs) != 1 or len(model.outputs) != 1:
         raise UserError(f"Export needs a model with one image input and one output; {model.name} has "
                          f"{len(model.inputs)} inputs and {len(model.outputs)} outputs.")
     shape = tuple(model.inputs[0].shape)
-    if len(shape) != 4 or any(d is None for d in shape[1:]):
+    any_size = getattr(model, "dynamic_image_size", False) and shape[3] is not None
+    if len(shape) != 4 or (any(d is None for d in shape[1:]) and not any_size):
         raise UserError(f"Export needs a fixed input size (batch, height, width, channels); {model.name} takes "
                          f"{shape}.")
     if len(model.outputs[0].shape) != 2 or getattr(model, "include_top", True) is False:

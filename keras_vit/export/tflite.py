@@ -51,13 +51,17 @@ def check(model, kind):
 
 
 def write_source(model, path):
-    """The SavedModel the converter reads: batch 1, pixels in, probabilities out."""
+    """The SavedModel the converter reads: batch 1, pixels in, probabilities out;
+    any height and width for a dynamic model (the LiteRT interpreter is then
+    resized to each input with resize_tensor_input)."""
     import keras
     import tensorflow as tf
 
     from keras_vit.export import serving
 
-    _, height, width, channels = model.inputs[0].shape
+    height, width, channels = serving.input_size(model)
+    if serving.is_dynamic(model):
+        height = width = None
     archive = keras.export.ExportArchive()
     archive.track(model)
     archive.add_endpoint(
@@ -195,8 +199,10 @@ def predict(content: bytes, images: np.ndarray) -> np.ndarray:
     from ai_edge_litert.interpreter import Interpreter
 
     interpreter = Interpreter(model_content=content)
-    interpreter.allocate_tensors()
     input_index = interpreter.get_input_details()[0]["index"]
+    # A resizable input (a dynamic model's: -1 for height and width) takes the images' size.
+    interpreter.resize_tensor_input(input_index, [1, *np.shape(images)[1:]])
+    interpreter.allocate_tensors()
     output_index = interpreter.get_output_details()[0]["index"]
     outputs = []
     for image in images:

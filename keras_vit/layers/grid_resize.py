@@ -96,4 +96,7 @@ def add_positions(layer, tokens, images=None):
                              f"to call it on images of any size.")
         grid = grid_of(images, layer.stride)
         table = table_for_grid(layer.grid_size, grid, layer.table, lambda: layer.table_at(*grid))
+        # A conditional's two shapes meet at an unknown rank; restoring it keeps the attention's
+        # einsums plain matmuls for the converters (TFLite lowers none of unknown rank).
+        table = ops.reshape(table, (1, -1, tokens.shape[-1]))
     return tokens + ops.cast(table, tokens.dtype)
