@@ -15,7 +15,7 @@ import argparse
 import json
 import sys
 
-from keras_vit._flags import UsageError, non_negative_int, positive_int
+from keras_vit._flags import UsageError, image_size, non_negative_int, positive_int
 from keras_vit.config import POSITION_EMBEDDINGS
 from keras_vit.errors import UserError
 from keras_vit.training import config as config_lib
@@ -34,7 +34,7 @@ _RECIPE_HELP = {
     "label_smoothing": "label smoothing of the cross-entropy",
     "train_augment": " | ".join(config_lib.AUGMENTATIONS) + " (affine: rotate up to 15 degrees, zoom 1 +- 0.15, "
                      "shift up to 1/8 of the side; translate: mirror-pad by 1/8, random crop back)",
-    "image_size": "training and evaluation resolution (default: the recipe's, else the dataset's)",
+    "image_size": "training and evaluation resolution, SIDE or HEIGHT,WIDTH (default: the recipe's, else the dataset's)",
     "representation_layer": "keep the pre-logits layer (true/false)",
     "classifier": "token | gap (default: the recipe's, else the variant's)",
     "dropout_rate": "ViT dropout",
@@ -151,7 +151,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                       help="leave out class folders without images, with a warning (default: an error)")
 
     recipe = parser.add_argument_group("recipe overrides (default: the recipe's value)")
-    types = {"grad_clip_norm": _clip, "representation_layer": _bool, "image_size": positive_int,
+    types = {"grad_clip_norm": _clip, "representation_layer": _bool, "image_size": image_size,
              "batch_size": positive_int, "steps": non_negative_int, "warmup_steps": non_negative_int,
              "epochs": float, "lr_base_batch": positive_int, "ema": float, "layer_decay": float,
              "randaugment": _randaugment, "repeated_augmentation": positive_int, "aug_level": str}
