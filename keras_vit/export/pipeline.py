@@ -257,7 +257,8 @@ class Exporter:
             calibration = f"; int8 calibration on {data_lib.describe(data.calibration)}" + (
                 ", kept out of validation" if data.held_out else
                 " (too few images to keep them out of validation)" if data.held_out is False else "")
-        self.say(f"{src.description}: {model.count_params():,} parameters, input {height}x{width}x{channels}{any_size}, "
+        self.say(f"{src.description}: {model.count_params():,} parameters, "
+                 f"input {height}x{width}x{channels}{any_size}, "
                  f"{len(src.labels)} classes; validating on {data_lib.describe(data.validation)} "
                  f"({data.validation.source}){calibration}")
 
