@@ -94,6 +94,8 @@ def train_run(workdir: str, model, seed: int, steps: int, quick: bool, dataset=N
         "images_per_sec": results.get("images_per_sec"),
         "wall_seconds": float(results.get("wall_time_s") or time.time() - started),
         "already_finished": bool(results.get("already_finished")),
+        # Accuracy along the way (eval_every), for time-to-accuracy curves.
+        "eval_history": [(int(e["step"]), float(e["accuracy"])) for e in results.get("eval_history", [])],
     }
 
 

@@ -94,3 +94,15 @@ def test_table_and_summary():
     assert common.mean_std(rows[0]) == "85.00 ± 7.07" and common.mean_std(rows[1]) == "50.00"
     assert common.slug({"task": "left digit", "learning_rate": 0.001, "seed": 2}) == \
         "task=left_digit-learning_rate=0.001-seed=2"
+
+
+@pytest.mark.slow
+def test_augreg_quick(tmp_path):
+    from experiments import augreg
+
+    report, table = run_quick(augreg, tmp_path)
+    arms = {(row["task"], row["fraction"], row["recipe"]) for row in report["rows"] if "task" in row}
+    assert arms == {(t, f, r) for t in augreg.TASKS for f in augreg.FRACTIONS for r in augreg.RECIPES}
+    speed = {row["patch_dropout"]: row for row in report["rows"] if "patch_dropout" in row}
+    assert set(speed) == {0.0, 0.5} and all(row["step_ms"] > 0 for row in speed.values())
+    assert "scratch + AugReg" in table and "speed-up" in table and "10% with AugReg" in table
