@@ -228,10 +228,12 @@ def takes_raw_pixels(model) -> bool:
 def model_inputs(model, images):
     """Pixels in 0..255 -> exactly what `model(...)` takes.
 
-    Resized and channel-converted for the model; scaled to [-1, 1] unless the
-    model takes pixels itself (`takes_raw_pixels`).
+    Resized and channel-converted for the model (a model that takes any size,
+    ViT(dynamic_image_size=True), keeps the images' size); scaled to [-1, 1]
+    unless the model takes pixels itself (`takes_raw_pixels`).
     """
-    x = to_model_pixels(images, model.image_size, model.num_channels)
+    size = tuple(np.shape(images)[1:3]) if getattr(model, "dynamic_image_size", False) else model.image_size
+    x = to_model_pixels(images, size, model.num_channels)
     return x if takes_raw_pixels(model) else to_model_range(x)
 
 

@@ -383,9 +383,9 @@ class ViT(keras.Model):
         if not changes:
             return self
         other = type(self).from_config({**config, **changes})
-        from keras_vit.weights import checkpoint_params, load_weights
+        from keras_vit.weights.npz import checkpoint_params, load_checkpoint
 
-        load_weights(other, checkpoint_params(self))
+        load_checkpoint(other, checkpoint_params(self), old_grid=self.grid_size)
         other.check_input_range = self.check_input_range
         return other
 

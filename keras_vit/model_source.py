@@ -110,3 +110,20 @@ def _name(path: str) -> str:
     if path.startswith(NAME_PREFIXES):  # the repository's or preset's own name
         return path.split(":", 1)[1].split("@")[0].rstrip("/").split("/")[-1]
     return path
+
+
+def resized(opened: ModelSource, image_size=None, dynamic_image_size=False) -> ModelSource:
+    """`opened` with its ViT rebuilt at `image_size` (position weights resized by
+    the loader's rule) and/or taking any size (ViT.with_image_size); unchanged
+    when neither is asked. The one rule behind predict, inspect and export's
+    --image-size and --dynamic-image-size."""
+    if image_size is None and not dynamic_image_size:
+        return opened
+    from keras_vit.errors import UserError
+    from keras_vit.model import ViT
+
+    if not isinstance(opened.model, ViT):
+        raise UserError(f"--image-size and --dynamic-image-size rebuild a keras_vit ViT; {opened.model.name} is a "
+                        f"{type(opened.model).__name__}: use it at its own size.")
+    model = opened.model.with_image_size(image_size, dynamic_image_size=dynamic_image_size or None)
+    return dataclasses.replace(opened, model=model)

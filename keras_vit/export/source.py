@@ -62,7 +62,7 @@ def resolve(model_or_path, *, weights=None, image_size=None, num_classes=None, n
             model = _from_variant(path, weights, image_size, num_classes, num_channels)
             opened = model_source.ModelSource(model, model_source.choose_labels(model, labels), model.name,
                                               f"variant {path} with weights {weights}")
-    opened = _sized(opened, None if variant else image_size, dynamic_image_size)
+    opened = model_source.resized(opened, None if variant else image_size, dynamic_image_size)
     _check_model(opened.model)
     num_outputs = int(opened.model.outputs[0].shape[-1])
     names = runs.default_labels(num_outputs) if opened.labels is None else opened.labels
@@ -89,19 +89,6 @@ def _from_variant(variant, weights, image_size, num_classes, num_channels):
                          f"an export of random weights is of no use.")
     return ViT(variant, image_size=image_size or 224, num_classes=num_classes or 1000, weights=weights,
                num_channels=num_channels or 3)
-
-
-def _sized(opened, image_size, dynamic_image_size):
-    """`opened` with its ViT rebuilt at `image_size` and/or taking any size; other models as they are."""
-    if image_size is None and not dynamic_image_size:
-        return opened
-    from keras_vit.model import ViT
-
-    if not isinstance(opened.model, ViT):
-        raise UserError(f"--image-size and --dynamic-image-size rebuild a keras_vit ViT; {opened.model.name} is a "
-                        f"{type(opened.model).__name__}: export it at its own size.")
-    model = opened.model.with_image_size(image_size, dynamic_image_size=dynamic_image_size or None)
-    return dataclasses.replace(opened, model=model)
 
 
 def _check_model(model):

@@ -12,10 +12,11 @@ prediction, at its own aspect ratio. --max-images draws round the classes too.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import sys
 
-from keras_vit._flags import UsageError, positive_int
+from keras_vit._flags import UsageError, image_size, positive_int
 from keras_vit.inspection.cli_predict import MODEL_HELP
 
 
@@ -34,6 +35,9 @@ def add_arguments(parser):
     parser.add_argument("--recursive", action="store_true", help="also read images in sub-folders")
     parser.add_argument("--batch-size", type=positive_int, default=16, help="images per forward pass (default 16)")
     parser.add_argument("--dpi", type=positive_int, default=100, help="resolution of the PNGs (default 100)")
+    parser.add_argument("--image-size", type=image_size,
+                        help="inspect at this size, SIDE or HEIGHT,WIDTH: the model is rebuilt at it (position "
+                             "weights resized), so every figure has that grid")
 
 
 def run(args):
@@ -41,10 +45,15 @@ def run(args):
     from keras_vit.inspection.figures import choose_overlays, make_figures
     from keras_vit.inspection.predict import folders_without_images, nothing_read
     from keras_vit.inspection.plots import require_matplotlib
-    from keras_vit.model_source import open_model
+    from keras_vit.model_source import open_model, resized
 
     require_matplotlib()  # before anything is read or any folder made
     source = open_model(args.model, args.labels)
+    if getattr(source.model, "dynamic_image_size", False) or args.image_size is not None:
+        # Figures read one grid: a fixed model at the size asked (or the one a dynamic model was built for).
+        source = resized(source, args.image_size)
+        fixed = source.model.with_image_size(dynamic_image_size=False, dynamic_image_pad=False)
+        source = dataclasses.replace(source, model=fixed)
     model, labels = source.model, source.labels
     files = find_images(args.images, recursive=args.recursive)
     classes = true_classes(files, args.images, labels)

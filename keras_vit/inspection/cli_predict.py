@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import sys
 
-from keras_vit._flags import UsageError, positive_int
+from keras_vit._flags import UsageError, image_size, positive_int
 
 MODEL_HELP = ("a training workdir, a .keras file, or anything keras_vit.from_pretrained takes (an HF transformers, "
               "keras-hub or timm folder, hf:ORG/NAME, kerashub:PRESET, imagenet21k+imagenet2012:B/16, ...)")
@@ -27,16 +27,35 @@ def add_arguments(parser):
     parser.add_argument("--recursive", action="store_true", help="also read images in sub-folders")
     parser.add_argument("--json", action="store_true", help="print one JSON object per image instead of a table")
     parser.add_argument("--no-progress", action="store_true", help="never show the progress bar")
+    add_size_arguments(parser)
+
+
+def add_size_arguments(parser):
+    """--image-size and --dynamic-image-size (predict and inspect)."""
+    parser.add_argument("--image-size", type=image_size,
+                        help="run at this size, SIDE or HEIGHT,WIDTH (images resized to it): the model is rebuilt "
+                             "at it (position weights resized), or with --dynamic-image-size runs there as it is")
+    parser.add_argument("--dynamic-image-size", action="store_true",
+                        help="one model for any size: the position embedding is interpolated in the graph "
+                             "(the same answers as a model rebuilt at the size)")
+
+
+def open_sized(args):
+    """The command's model at --image-size / --dynamic-image-size, and the size images are read at."""
+    from keras_vit.model_source import open_model, resized
+
+    source = open_model(args.model, args.labels)
+    if args.dynamic_image_size or getattr(source.model, "dynamic_image_size", False):
+        return resized(source, dynamic_image_size=True), args.image_size
+    return resized(source, args.image_size), None
 
 
 def run(args):
     from keras_vit.inspection.predict import folders_without_images, nothing_read, predict_files
-    from keras_vit.model_source import open_model
-
-    source = open_model(args.model, args.labels)
+    source, size = open_sized(args)
     predictions, failures = predict_files(
         source.model, args.images, top_k=args.top, labels=source.labels, batch_size=args.batch_size,
-        recursive=args.recursive, progress=False if args.no_progress else None,
+        recursive=args.recursive, progress=False if args.no_progress else None, image_size=size,
     )
     failures = folders_without_images(args.images, args.recursive) + failures
     if not predictions:

@@ -69,7 +69,8 @@ class Prediction:
         return dataclasses.asdict(self)
 
 
-def predict_files(model, paths, top_k=5, labels=None, batch_size=32, recursive=False, progress=None):
+def predict_files(model, paths, top_k=5, labels=None, batch_size=32, recursive=False, progress=None,
+                  image_size=None):
     """Top-k predictions for image files and folders.
 
     Args:
@@ -80,12 +81,17 @@ def predict_files(model, paths, top_k=5, labels=None, batch_size=32, recursive=F
         batch_size: images decoded and run per step (memory stays bounded).
         recursive: also look inside sub-folders.
         progress: show a tqdm bar on stderr; None shows it for more than one batch.
+        image_size: (height, width) or a side to resize images to; None: the
+            model's. Another size needs a model that takes it
+            (dynamic_image_size=True).
 
     Returns:
         (predictions, failures): a `Prediction` per readable image in input
         order, and (path, reason) for every file that could not be read.
     """
     files = find_images(paths, recursive=recursive)
+    size = model.image_size if image_size is None else (
+        (image_size, image_size) if isinstance(image_size, int) else tuple(image_size))
     top_k = max(1, min(int(top_k), model.num_classes))
     if labels is not None and len(labels) < model.num_classes:
         raise UserError(f"{len(labels)} labels for a model with {model.num_classes} classes.")
@@ -99,7 +105,7 @@ def predict_files(model, paths, top_k=5, labels=None, batch_size=32, recursive=F
     predictions, failures = [], []
     for start in range(0, len(files), batch_size):
         chunk = files[start:start + batch_size]
-        pixels, read, failed = load_images(chunk, model.image_size, model.num_channels)
+        pixels, read, failed = load_images(chunk, size, model.num_channels)
         failures.extend(failed)
         if read:
             probabilities = predict_probabilities(model, pixels, batch_size=batch_size)

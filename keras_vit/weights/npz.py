@@ -39,7 +39,7 @@ def _is_group_norm_param(key: str) -> bool:
     return leaf_parent.startswith("gn")
 
 
-def load_checkpoint(model, params: Mapping[str, np.ndarray]) -> None:
+def load_checkpoint(model, params: Mapping[str, np.ndarray], old_grid=None) -> None:
     """Assigns official-format `params` to `model`, checking every key and shape.
 
     Allowed differences, each reported through the "keras_vit" logger:
@@ -53,7 +53,9 @@ def load_checkpoint(model, params: Mapping[str, np.ndarray]) -> None:
     Learned position weights of another kind than the model's
     position_embedding are a one-line ValueError; anything else missing,
     extra or mis-shaped is a ValueError naming it.
-    Nothing is assigned unless every check passes.
+    Nothing is assigned unless every check passes. `old_grid` (rows, cols):
+    the patch grid `params` were made for, when known (a 1-D table's grid is
+    otherwise taken to be square, as in every official checkpoint).
     """
     params = dict(params)
     expected = variables_by_key(model)
@@ -91,7 +93,7 @@ def load_checkpoint(model, params: Mapping[str, np.ndarray]) -> None:
                         f"position_embedding={wanted!r}: build the model with position_embedding={held!r}, or "
                         f"train the {wanted} kind from scratch.")
     shapes = {key: tuple(variable.shape) for key, variable in expected.items()}
-    params, resized = resize_position_params(params, shapes, model.grid_size, model.num_prefix_tokens)
+    params, resized = resize_position_params(params, shapes, model.grid_size, model.num_prefix_tokens, old_grid)
     params, kernel_resized = resize_patch_params(params, shapes)
     resized += kernel_resized
     for what in resized:

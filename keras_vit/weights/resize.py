@@ -98,11 +98,12 @@ def resize_relative_position_bias(table, new_grid) -> np.ndarray:
     return _linear_resize_axis(out, 2 * cols - 1, axis=2).astype(table.dtype)
 
 
-def resize_position_params(params, shapes, grid, num_prefix_tokens):
+def resize_position_params(params, shapes, grid, num_prefix_tokens, old_grid=None):
     """Applies the rule of the module docstring to every position weight in
     `params` ({official-layout key: array}) whose shape differs from the model's
     (`shapes`: {key: shape}) on its grid axes only, for a model with patch grid
-    `grid` (rows, cols). Returns (new params, [what was resized, for the log])."""
+    `grid` (rows, cols). `old_grid`: the grid of a 1-D table, when known (else
+    taken to be square). Returns (new params, [what was resized, for the log])."""
     params = dict(params)
     resized = []
     rows, cols = grid
@@ -111,9 +112,10 @@ def resize_position_params(params, shapes, grid, num_prefix_tokens):
         want = tuple(want)
         if have is None or have.ndim != len(want):
             continue
-        if key.endswith(POSEMB_1D_SUFFIX) and have.shape[2] == want[2] and _needs_1d_resize(have, grid,
-                                                                                             num_prefix_tokens):
-            params[key] = resize_position_embedding(have, grid, num_prefix_tokens=num_prefix_tokens)
+        if key.endswith(POSEMB_1D_SUFFIX) and have.shape[2] == want[2] and _needs_1d_resize(
+                have, grid, num_prefix_tokens, old_grid):
+            params[key] = resize_position_embedding(have, grid, num_prefix_tokens=num_prefix_tokens,
+                                                    old_grid=old_grid)
             resized.append(f"the position embedding from {have.shape[1]} to {want[1]} tokens (grid {tuple(grid)})")
             continue
         if tuple(have.shape) == want:
@@ -129,9 +131,11 @@ def resize_position_params(params, shapes, grid, num_prefix_tokens):
     return params, resized
 
 
-def _needs_1d_resize(posemb, grid, num_prefix_tokens) -> bool:
-    """Whether a 1-D table (its grid taken to be square, as above) is for another grid
-    than `grid`: by the grid, not the token count, since 4x4 and 8x2 hold as many tokens."""
+def _needs_1d_resize(posemb, grid, num_prefix_tokens, old_grid=None) -> bool:
+    """Whether a 1-D table (for `old_grid`, else taken to be square as above) is for another
+    grid than `grid`: by the grid, not the token count, since 4x4 and 8x2 hold as many tokens."""
+    if old_grid is not None:
+        return tuple(old_grid) != tuple(grid)
     tokens = posemb.shape[1] - num_prefix_tokens
     side = math.isqrt(tokens)
     if side * side != tokens:
