@@ -35,6 +35,8 @@ def test_the_recipes_without_jft_and_their_augmentation_levels():
     assert RECIPES["finetune_ld"].layer_decay == 0.65 and RECIPES["finetune_ld"].ema
     with pytest.raises(ValueError, match="aug_level"):
         TrainConfig.create("augreg", aug_level="huge")
+    # Counted in epochs; --steps replaces them.
+    assert TrainConfig.create("deit", steps=1000).recipe.epochs is None
 
 
 def test_regulariser_flags_parse_and_bad_values_are_usage_errors():

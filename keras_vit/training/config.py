@@ -435,6 +435,8 @@ class TrainConfig:
         base = RECIPES[recipe] if isinstance(recipe, str) else recipe
         recipe_changes = {k: overrides.pop(k) for k in list(overrides) if k in RECIPE_FIELDS}
         recipe_changes = _with_aug_level(base, recipe_changes, overrides.get("model"))
+        if "steps" in recipe_changes and "epochs" not in recipe_changes:
+            recipe_changes["epochs"] = None  # --steps given for a recipe counted in epochs (deit, augreg) wins
         unknown = set(overrides) - {f.name for f in dataclasses.fields(cls)}
         if unknown:
             raise UserError(f"Unknown TrainConfig/Recipe field(s) {sorted(unknown)}.")
