@@ -131,3 +131,10 @@ def test_learning_rate_scales_with_the_batch_and_epochs_become_steps(tmp_path):
     # 4,000 digits x 0.1 epoch / 16 per step = 25 steps.
     results = train(tiny_config(tmp_path, epochs=0.1, batch_size=16, checkpoint_every=100))
     assert results["steps"] == 25 and results["config"]["recipe"]["steps"] == 25
+
+
+def test_a_batch_that_splits_a_mixing_group_is_a_user_error(tmp_path):
+    from keras_vit.errors import UserError
+
+    with pytest.raises(UserError, match="multiple of it"):
+        train(tiny_config(tmp_path, batch_size=6, mixup=0.2, repeated_augmentation=2, steps=1))
