@@ -97,3 +97,36 @@ def test_config_round_trip_and_errors(rng):
         keras_vit.ViT(tiny_config(), image_size=TRAINED, dynamic_image_pad=True)
     with pytest.raises(UserError, match="relative position bias"):
         keras_vit.ViT(tiny_config(position_embedding="relative"), image_size=TRAINED, dynamic_image_size=True)
+
+
+BACKEND_SCRIPT = """
+import numpy as np, keras, keras_vit
+from tests.conftest import tiny_config
+from keras_vit.weights.npz import checkpoint_params, load_checkpoint
+rng = np.random.default_rng(0)
+for kind in ("learned_1d", "learned_2d", "sincos_2d"):
+    config = tiny_config(position_embedding=kind)
+    dynamic = keras_vit.ViT(config, image_size=16, num_classes=3, dynamic_image_size=True)
+    dynamic.set_weights([rng.normal(size=w.shape).astype("float32") * 0.2 for w in dynamic.get_weights()])
+    x = rng.uniform(-1, 1, (2, 12, 20, 3)).astype("float32")
+    fixed = keras_vit.ViT(config, image_size=(12, 20), num_classes=3)
+    load_checkpoint(fixed, checkpoint_params(dynamic))
+    want = keras.ops.convert_to_numpy(fixed(x))
+    np.testing.assert_allclose(keras.ops.convert_to_numpy(dynamic(x)), want, atol=2e-5)
+    np.testing.assert_allclose(dynamic.predict(x, verbose=0), want, atol=2e-5)  # compiled (jit on JAX)
+print("OK")
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("backend", ["jax", "torch"])
+def test_dynamic_model_on_other_backends(backend):
+    import os
+    import subprocess
+    import sys
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = dict(os.environ, KERAS_BACKEND=backend, PYTHONPATH=root, JAX_PLATFORMS="cpu")
+    done = subprocess.run([sys.executable, "-c", BACKEND_SCRIPT], cwd=root, env=env, capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0 and done.stdout.strip().endswith("OK"), done.stderr[-3000:]

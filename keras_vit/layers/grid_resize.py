@@ -19,9 +19,12 @@ def resize_axis(x, new_size, axis):
     old_size = x.shape[axis]
     if isinstance(new_size, int) and new_size == old_size:
         return x
-    new_size = ops.cast(new_size, "int32")
+    if isinstance(new_size, int):  # a static grid stays static: JAX's jit needs arange of a Python int
+        scale = (old_size - 1) / max(new_size - 1, 1)
+    else:
+        new_size = ops.cast(new_size, "int32")
+        scale = ops.cast(old_size - 1, "float32") / ops.cast(ops.maximum(new_size - 1, 1), "float32")
     # Sample i sits at old coordinate i * (old - 1) / (new - 1); a 1-sample axis reads sample 0.
-    scale = ops.cast(old_size - 1, "float32") / ops.cast(ops.maximum(new_size - 1, 1), "float32")
     coords = ops.cast(ops.arange(new_size), "float32") * scale
     coords = ops.clip(coords, 0.0, float(old_size - 1))
     low = ops.cast(ops.floor(coords), "int32")
