@@ -323,6 +323,10 @@ class ViT(keras.Model):
     def input_description(self) -> str:
         """One line: the input shape and range, and how to get there from pixels."""
         shape = f"(B, {self.image_size[0]}, {self.image_size[1]}, {self.num_channels})"
+        if self.dynamic_image_size:
+            sizes = "any size" if self.dynamic_image_pad else f"multiples of {self.config.total_stride}"
+            trained = "x".join(str(side) for side in self.image_size)
+            shape = f"(B, H, W, {self.num_channels}), H and W {sizes} (trained at {trained})"
         if self.takes_raw_pixels:
             return f"images {shape} of pixels {PIXEL_RANGE} (scaled to {MODEL_RANGE} inside)"
         return f"images {shape} in {MODEL_RANGE} (keras_vit.preprocess_input(pixels {PIXEL_RANGE}))"
@@ -435,6 +439,11 @@ class ViT(keras.Model):
             raise UserError(
                 f"{self.name} expects a batch of NHWC images (4 dimensions), got shape {tuple(shape)}."
             )
+        stride = self.config.total_stride
+        if (shape is not None and self.dynamic_image_size and not self.dynamic_image_pad
+                and any(side is not None and side % stride for side in shape[1:3])):
+            raise UserError(f"{self.name} takes heights and widths that are multiples of {stride}, got "
+                            f"{tuple(shape[1:3])}: resize the images, or build with dynamic_image_pad=True.")
         self._check_input_range(inputs)
         return super().__call__(inputs, *args, **kwargs)
 

@@ -93,6 +93,10 @@ def test_config_round_trip_and_errors(rng):
                           dynamic_image_pad=True)
     again = keras_vit.ViT.from_config(model.get_config())
     assert again.dynamic_image_size and again.dynamic_image_pad and again.input_shape == (None, None, None, 3)
+    assert "(B, H, W, 3), H and W any size (trained at 16x16)" in model.input_description
+    plain = keras_vit.ViT(tiny_config(), image_size=TRAINED, num_classes=3, dynamic_image_size=True)
+    with pytest.raises(UserError, match=r"multiples of 4, got \(13, 16\).*dynamic_image_pad=True"):
+        plain(np.zeros((1, 13, 16, 3), "float32"))
     with pytest.raises(UserError, match="also pass dynamic_image_size=True"):
         keras_vit.ViT(tiny_config(), image_size=TRAINED, dynamic_image_pad=True)
     with pytest.raises(UserError, match="relative position bias"):
