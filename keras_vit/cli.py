@@ -42,11 +42,6 @@ COMMANDS = {
 _Parser = Parser
 
 
-# TensorFlow and XLA write these to stderr from C++ while loading, before any
-# log level applies; they are noise to someone who asked for a prediction.
-_CHATTER = _console.STARTUP_CHATTER
-
-
 # What `keras-vit --help` says first: whole sentences, for a user.
 DESCRIPTION = ("The Vision Transformer for Keras 3: train or fine-tune, export (SavedModel, TFLite, ONNX), "
                "predict and look inside, one subcommand each.")
@@ -83,7 +78,7 @@ def _main(argv=None):
         return 2
     conflict = _install_check.conflicting_distribution()
     if conflict:  # a mix of two packages' files would fail in ways no message here could explain
-        print(f"keras-vit: warning: {conflict}", file=sys.stderr)
+        _console.warn(conflict)
     try:
         module = importlib.import_module(COMMANDS[name][0])
         sub = Parser(prog=f"keras-vit {name}", description=COMMANDS[name][1],

@@ -251,8 +251,7 @@ def save_keras_model(model, path: PathLike) -> str:
 
 def _atomically(path: str, fill: Callable[[str], None], suffix: str = ".tmp") -> None:
     """`fill(temporary)` writes a temporary file beside `path`, which then replaces `path`."""
-    # Hidden, so that image listings and checkpoint globs never pick it up.
-    temporary = join(dirname(path) or os.curdir, f".{basename(path)}.{secrets.token_hex(6)}{suffix}")
+    temporary = _sibling(path, suffix.lstrip("."))
     if is_remote(path):
         with _os_errors(path), _removed_on_failure(temporary):
             fill(temporary)
