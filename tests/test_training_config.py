@@ -26,6 +26,12 @@ def test_the_recipes_without_jft_and_their_augmentation_levels():
     medium2 = TrainConfig.create("augreg", model="B/16").recipe
     assert (medium2.aug_level, medium2.randaugment, medium2.mixup) == ("medium2", (2, 15), 0.5)
     assert TrainConfig.create("augreg", model="S/32").recipe.aug_level == "light2"
+    # Any spelling the variant table takes, and a ViTConfig, get the same level as the name.
+    from keras_vit.training.config import aug_level_by_size
+    from keras_vit.variants import get_variant
+    for name, level in (("Ti/16", "light1"), ("S/32", "light2"), ("S/16", "medium2"), ("B/16", "medium2")):
+        spellings = (name, name.lower(), f"ViT-{name}", get_variant(name))
+        assert [aug_level_by_size(model) for model in spellings] == [level] * 4, name
     override = TrainConfig.create("augreg", model="B/16", aug_level="light1", mixup=0.1).recipe
     assert (override.randaugment, override.mixup) == ((2, 0), 0.1)
     deit = RECIPES["deit"]

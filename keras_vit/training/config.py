@@ -26,6 +26,7 @@ from typing import Optional, Tuple, Union
 
 from keras_vit.config import POSITION_EMBEDDINGS, ViTConfig
 from keras_vit.errors import UserError
+from keras_vit.variants import get_variant
 
 OPTIMIZERS = ("sgd", "adam", "adamw")
 SCHEDULES = ("cosine", "linear", "constant")
@@ -268,15 +269,14 @@ AUG_LEVELS = {
 
 
 def aug_level_by_size(model) -> str:
-    """big_vision's choice per model size: light1 for Ti, light2 for S/32,
-    medium2 for S/16 and larger; by width for a ViTConfig (192: Ti)."""
-    if isinstance(model, str):
-        size, _, patch = model.partition("/")
-        if size == "Ti":
-            return "light1"
-        return "light2" if (size, patch) == ("S", "32") else "medium2"
-    width = getattr(model, "hidden_size", None)
-    return "light1" if width is not None and width <= 192 else "medium2"
+    """big_vision's choice per model size: light1 for Ti (width 192) and
+    smaller, light2 for S/32, medium2 for S/16 and larger. A variant name in
+    any spelling the variant table takes, or a ViTConfig."""
+    config = get_variant(model) if isinstance(model, str) else model
+    width, patch = getattr(config, "hidden_size", None), getattr(config, "patch_size", None)
+    if width is not None and width <= 192:
+        return "light1"
+    return "light2" if (width, patch) == (384, 32) else "medium2"
 
 
 def _with_aug_level(base: Recipe, changes: dict, model) -> dict:
@@ -289,6 +289,8 @@ def _with_aug_level(base: Recipe, changes: dict, model) -> dict:
         level = aug_level_by_size(model)
     _check_choice("aug_level", level, tuple(AUG_LEVELS) + ("by_size",))
     return {**AUG_LEVELS[level], **changes, "aug_level": level}
+
+
 RECIPE_FIELDS = tuple(f.name for f in dataclasses.fields(Recipe) if f.name != "name")
 
 
