@@ -619,6 +619,12 @@ def output_activation(model):
     return activation_name(getattr(last, "activation", None))
 
 
+def returns_probabilities(model) -> bool:
+    """True when `model`'s outputs are probabilities already (its head ends in
+    softmax or sigmoid: `output_activation`); False for logits."""
+    return output_activation(model) is not None
+
+
 def _position_embedding(kind, grid, num_prefix_tokens, stride=None):
     """The layer that adds `kind` of position embedding to the tokens, or None
     when nothing is added ("relative" lives in the attention, "none" is none).

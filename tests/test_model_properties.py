@@ -11,7 +11,6 @@ import keras_vit
 from keras_vit import images
 from keras_vit.export import serving
 from keras_vit.inspection import attention
-from keras_vit.inspection import predict as predict_lib
 from keras_vit.model import activation_name, output_activation
 from tests.conftest import tiny_config
 
@@ -42,7 +41,7 @@ def test_readers_ask_the_model():
     raw = keras_vit.ViT(tiny_config(), image_size=8, num_classes=2, include_preprocessing=True,
                         classifier_activation="sigmoid")
     assert images.takes_raw_pixels(raw) and serving.takes_raw_pixels(raw) and raw.takes_raw_pixels
-    assert serving.returns_probabilities(raw) and predict_lib.outputs_are_probabilities(raw)
+    assert keras_vit.model.returns_probabilities(raw)
 
 
 def test_any_keras_model_is_read_from_its_last_layer():

@@ -8,6 +8,7 @@ from __future__ import annotations
 import tensorflow as tf
 
 from keras_vit import images as images_lib
+from keras_vit.model import returns_probabilities
 
 
 # What the model takes and returns is the model's to say (ViT.takes_raw_pixels,
@@ -27,13 +28,6 @@ def input_size(model):
 def is_dynamic(model) -> bool:
     """True for a model whose input takes any height and width."""
     return bool(getattr(model, "dynamic_image_size", False))
-
-
-def returns_probabilities(model) -> bool:
-    """True when the head ends in softmax or sigmoid: its outputs are served as they are."""
-    from keras_vit.model import output_activation
-
-    return output_activation(model) is not None
 
 
 def probabilities(model, images):

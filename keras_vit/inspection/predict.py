@@ -25,14 +25,6 @@ def find_labels(model_path, labels_path=None):
     return runs.find_labels(model_path)
 
 
-def outputs_are_probabilities(model):
-    """True when the model's head already ends in softmax or sigmoid (the
-    model says so: ViT.output_activation, keras_vit.model.output_activation)."""
-    from keras_vit.model import output_activation
-
-    return output_activation(model) is not None
-
-
 def predict_probabilities(model, images, batch_size=32):
     """Pixels (B, H, W, C) in 0..255 -> class probabilities (B, num_classes)."""
     if not getattr(model, "include_top", True) or getattr(model, "num_classes", 1) is None:
@@ -47,8 +39,10 @@ def predict_probabilities(model, images, batch_size=32):
 def to_probabilities(model, outputs):
     """The model's outputs (B, num_classes) as probabilities: softmax of
     logits, unchanged where the head already ends in softmax or sigmoid."""
+    from keras_vit.model import returns_probabilities
+
     outputs = np.asarray(outputs, dtype=np.float32)
-    if outputs_are_probabilities(model):
+    if returns_probabilities(model):
         return outputs
     logits = outputs - outputs.max(axis=-1, keepdims=True)
     e = np.exp(logits)
