@@ -3,6 +3,8 @@
 import keras
 from keras import ops
 
+from keras_vit.layers.stochastic_depth import seed_generators_of
+
 
 @keras.saving.register_keras_serializable(package="keras_vit")
 class PatchDropout(keras.layers.Layer):
@@ -34,10 +36,7 @@ class PatchDropout(keras.layers.Layer):
     @property
     def seed_generators(self):
         """The random state this layer draws from (see stochastic_depth.seed_generators_of)."""
-        found = [self.seed_generator]
-        if self.dropout_rate > 0:
-            found.append(self.dropout.seed_generator)
-        return found
+        return [self.seed_generator, *seed_generators_of(self.dropout)]
 
     def call(self, x, training=False):
         if training and self.rate > 0:
