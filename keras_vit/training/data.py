@@ -773,27 +773,25 @@ def train_dataset(source: Source, pipeline: Pipeline, config, context: tf.distri
         image = images_lib.to_model_range(image)
         if recipe.random_erasing:
             image = augment_lib.random_erasing(image, recipe.random_erasing, augment_lib.fold(example_seed, 2))
-        return {"image": image, "label": label, "weight": tf.cast(ok, tf.float32), "position": i}
+        example = {"image": image, "label": label, "weight": tf.cast(ok, tf.float32)}
+        if recipe.mixes:
+            example["position"] = i  # seeds each group's mixing; dropped once mixed
+        return example
 
     ds = ds.map(prepare, num_parallel_calls=AUTOTUNE, deterministic=True)
     if recipe.mixes:
         ds = _mixed(ds, recipe, seed, per_replica)
-    ds = ds.map(_without_position)
     return _finish(ds.batch(per_replica, drop_remainder=True))
-
-
-def mix_group_size(recipe) -> int:
-    """Examples mixed together: pairs j, j + K in groups of 2K (K the
-    repeated-augmentation count, so an image's copies are not mixed together)."""
-    return 2 * recipe.repeated_augmentation
 
 
 def _mixed(ds, recipe, seed, per_replica):
     """Mixup / CutMix within groups of consecutive examples of the stream,
-    seeded by the group's position: a group never straddles a batch (the
-    trainer checks that per-replica batches hold whole groups), so the
-    mixing is the same on any number of replicas and after a resume."""
-    group_size = mix_group_size(recipe)
+    seeded by the group's position: a group never straddles a batch (per-replica
+    batches must hold whole groups, checked here), so the mixing is the same on
+    any number of replicas and after a resume. Pairs are j, j + K in groups of
+    2K (K the repeated-augmentation count, so an image's copies are not mixed
+    together)."""
+    group_size = 2 * recipe.repeated_augmentation
     if per_replica % group_size:
         raise UserError(f"Mixup/CutMix mixes groups of {group_size} examples (2 x repeated_augmentation); the "
                         f"batch per replica ({per_replica}) must be a multiple of it.")
@@ -801,16 +799,12 @@ def _mixed(ds, recipe, seed, per_replica):
     @tf.autograph.experimental.do_not_convert
     def mix(group):
         group_seed = augment_lib.fold(tf.stack([tf.cast(seed, tf.int64), group["position"][0] // group_size]), 3)
-        return augment_lib.mix_group(group, recipe.repeated_augmentation, recipe.mixup, recipe.cutmix,
-                                     recipe.mix_prob, recipe.mix_switch_prob, group_seed)
+        mixed = augment_lib.mix_group(group, recipe.repeated_augmentation, recipe.mixup, recipe.cutmix,
+                                      recipe.mix_prob, recipe.mix_switch_prob, group_seed)
+        return {k: v for k, v in mixed.items() if k != "position"}
 
     return ds.batch(group_size, drop_remainder=True).map(mix, num_parallel_calls=AUTOTUNE,
                                                          deterministic=True).unbatch()
-
-
-@tf.autograph.experimental.do_not_convert
-def _without_position(example):
-    return {k: v for k, v in example.items() if k != "position"}
 
 
 def _epochs(source, index, count, run_seed, worker_seed, shuffle_buffer, shard_size, repeats=1):
