@@ -233,8 +233,10 @@ def changed_settings(previous: dict, current: dict) -> dict:
 
 
 def _settings(config: dict) -> dict:
-    # What the user chose; "progress" only changes what is printed.
-    return {k: v for k, v in json.loads(json.dumps(config, default=str)).items() if k not in ("resolved", "progress")}
+    # What the user chose; "progress" only changes what is printed, and the
+    # resolved settings and the plan follow from the rest.
+    return {k: v for k, v in json.loads(json.dumps(config, default=str)).items()
+            if k not in ("resolved", "plan", "progress")}
 
 
 def segments(workdir: PathLike) -> list:

@@ -58,8 +58,8 @@ def test_22_1_running_out_of_memory_is_one_line_with_the_ways_out(photos, tmp_pa
 
     monkeypatch.setattr(steps.CompiledSteps, "_run_loop", out_of_memory)
     code = main(["train", "--model", "Mu/4", "--patch-size", "8", "--image-size", "32", "--recipe", "scratch",
-                 "--dataset", f"folder:{photos}", "--steps", "2", "--batch-size", "4", "--workdir",
-                 str(tmp_path / "run"), "--no-progress", "--strategy", "default"])
+                 "--dataset", f"folder:{photos}", "--steps", "2", "--warmup-steps", "0", "--batch-size", "4",
+                 "--workdir", str(tmp_path / "run"), "--no-progress", "--strategy", "default"])
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 1 and len(err) == 1, err
     assert err[0].startswith("keras-vit train: error: Out of memory in a training step of Mu/4 at 32x32 px, 4 images "

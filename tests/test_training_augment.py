@@ -11,6 +11,7 @@ from PIL import Image, ImageEnhance, ImageOps
 from keras_vit.training import TrainConfig
 from keras_vit.training import augment
 from keras_vit.training import data as data_lib
+from tests.training_helpers import plan_of
 
 SEED = tf.constant([3, 7], tf.int64)
 
@@ -149,7 +150,7 @@ def test_repeated_augmentation_repeats_each_example_k_times_differently_augmente
     config = TrainConfig.create("scratch", model="Mu/4", batch_size=54, repeated_augmentation=3,
                                 random_erasing=1.0, train_augment="none", progress=False)
     context = tf.distribute.InputContext()
-    batch = next(iter(data_lib.train_dataset(source, data_lib.Pipeline((8, 8), 1), config, context, 0)))
+    batch = next(iter(data_lib.train_dataset(source, plan_of(source, (8, 8), 1, config), context, 0)))
     pictures = batch["image"].numpy()
     # The erased box differs; the rest of each copy is the same example's pixels.
     ids = [np.median(p) for p in pictures]

@@ -1,6 +1,7 @@
 """Recipes, config overrides and the `keras-vit train` flags."""
 
 import argparse
+import dataclasses
 
 import pytest
 
@@ -20,20 +21,30 @@ def test_the_papers_recipes():
                             "finetune_ld"} and SCRATCH.name == "scratch"
 
 
+def _resolved(config):
+    """The recipe as the run's plan resolves it (the augmentation level read)."""
+    from keras_vit.training.config import with_aug_level
+    from keras_vit.variants import get_variant
+
+    return with_aug_level(config.recipe, get_variant(config.model))
+
+
 def test_the_recipes_without_jft_and_their_augmentation_levels():
     # AugReg: big_vision's level per size; an explicit level or flag wins.
-    assert TrainConfig.create("augreg", model="Ti/16").recipe.randaugment == (2, 0)
-    medium2 = TrainConfig.create("augreg", model="B/16").recipe
+    assert _resolved(TrainConfig.create("augreg", model="Ti/16")).randaugment == (2, 0)
+    medium2 = _resolved(TrainConfig.create("augreg", model="B/16"))
     assert (medium2.aug_level, medium2.randaugment, medium2.mixup) == ("medium2", (2, 15), 0.5)
-    assert TrainConfig.create("augreg", model="S/32").recipe.aug_level == "light2"
+    assert _resolved(TrainConfig.create("augreg", model="S/32")).aug_level == "light2"
     # Any spelling the variant table takes, and a ViTConfig, get the same level as the name.
     from keras_vit.training.config import aug_level_by_size
     from keras_vit.variants import get_variant
     for name, level in (("Ti/16", "light1"), ("S/32", "light2"), ("S/16", "medium2"), ("B/16", "medium2")):
         spellings = (name, name.lower(), f"ViT-{name}", get_variant(name))
         assert [aug_level_by_size(model) for model in spellings] == [level] * 4, name
-    override = TrainConfig.create("augreg", model="B/16", aug_level="light1", mixup=0.1).recipe
+    override = _resolved(TrainConfig.create("augreg", model="B/16", aug_level="light1", mixup=0.1))
     assert (override.randaugment, override.mixup) == ((2, 0), 0.1)
+    off = _resolved(TrainConfig.create("augreg", model="B/16", randaugment=(0, 0), mixup=0.0))
+    assert (off.randaugment, off.mixup, off.mixes) == ((0, 0), 0.0, False)
     deit = RECIPES["deit"]
     assert (deit.randaugment, deit.mixup, deit.cutmix, deit.random_erasing) == ((2, 9), 0.8, 1.0, 0.25)
     assert (deit.repeated_augmentation, deit.ema, deit.epochs, deit.peak_learning_rate) == (3, 0.99996, 300, 1e-3)
@@ -41,8 +52,40 @@ def test_the_recipes_without_jft_and_their_augmentation_levels():
     assert RECIPES["finetune_ld"].layer_decay == 0.65 and RECIPES["finetune_ld"].ema
     with pytest.raises(ValueError, match="aug_level"):
         TrainConfig.create("augreg", aug_level="huge")
-    # Counted in epochs; --steps replaces them.
+    with pytest.raises(ValueError, match="aug_level"):
+        TrainConfig(recipe=dataclasses.replace(RECIPES["augreg"], aug_level="huge"))
+    # Counted in epochs; --steps replaces them, in create() and replace() alike.
     assert TrainConfig.create("deit", steps=1000).recipe.epochs is None
+    assert TrainConfig(recipe="deit").replace(steps=1000).recipe.epochs is None
+    assert TrainConfig(recipe="deit").replace(warmup_steps=7).recipe.warmup_epochs is None
+    # Warmups as the papers state them: DeiT and BEiT/MAE 5 epochs; big_vision 10k steps of its batch.
+    assert (RECIPES["deit"].warmup_epochs, RECIPES["finetune_ld"].warmup_epochs) == (5, 5)
+    assert round(RECIPES["augreg"].warmup_epochs * 1_281_167 / 4096) == 10_000
+    assert round(RECIPES["plain_baseline"].warmup_epochs * 1_281_167 / 1024) == 10_000
+
+
+def test_every_way_of_building_a_config_trains_the_same_run():
+    """create(), the constructor and replace() give one plan: the level by
+    size is read where the run is resolved, not in create() alone."""
+    from keras_vit.training import data as data_lib
+    from keras_vit.training import plan as plan_lib
+    from keras_vit.variants import get_variant
+
+    made = [
+        TrainConfig.create("augreg", model="B/16", dataset="mnist5k", image_size=32),
+        TrainConfig(model="B/16", dataset="mnist5k", recipe=dataclasses.replace(RECIPES["augreg"], image_size=32)),
+        TrainConfig(model="B/16", dataset="mnist5k", recipe="finetune").replace(recipe=RECIPES["augreg"])
+        .replace(image_size=32),
+        TrainConfig.from_dict(TrainConfig.create("augreg", model="B/16", image_size=32).to_dict()),
+    ]
+    source = data_lib.open_source(made[0])
+    plans = [plan_lib.resolve(config, source, get_variant("B/16")) for config in made]
+    ops = [plan.to_dict()["augmentation"] for plan in plans]
+    assert ops[0] == ops[1] == ops[2] == ops[3]
+    assert {"op": "randaugment", "num_ops": 2, "magnitude": 15} in ops[0]
+    assert ops[0][-1]["op"] == "mix" and ops[0][-1]["mixup"] == 0.5
+    assert {plan.recipe.aug_level for plan in plans} == {"medium2"}
+    assert len({(plan.steps, plan.warmup_steps) for plan in plans}) == 1
 
 
 def test_regulariser_flags_parse_and_bad_values_are_usage_errors():

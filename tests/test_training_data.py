@@ -9,8 +9,9 @@ import tensorflow as tf
 
 from keras_vit.training import TrainConfig
 from keras_vit.training import data as data_lib
+from tests.training_helpers import plan_of
 
-PIPELINE = data_lib.Pipeline((28, 28), 1)
+PIPELINE = ((28, 28), 1)
 
 
 def _config(**overrides):
@@ -40,8 +41,8 @@ def test_a_resumed_stream_continues_exactly_where_it_stopped():
     source = data_lib.open_source(config)
     context = tf.distribute.InputContext(1, 0, 1)
     # 4000 examples, 8 a batch: 510 batches crosses into the second epoch.
-    whole = _take(data_lib.train_dataset(source, PIPELINE, config, context, 0), 503)
-    resumed = _take(data_lib.train_dataset(source, PIPELINE, config, context, 500 * 8), 3)
+    whole = _take(data_lib.train_dataset(source, plan_of(source, *PIPELINE, config=config), context, 0), 503)
+    resumed = _take(data_lib.train_dataset(source, plan_of(source, *PIPELINE, config=config), context, 500 * 8), 3)
     for a, b in zip(whole[500:], resumed):
         np.testing.assert_array_equal(a["image"], b["image"])
         np.testing.assert_array_equal(a["label"], b["label"])
@@ -54,7 +55,8 @@ def test_workers_read_disjoint_shards():
     config = _config(train_augment="none")
     source = data_lib.open_source(config)
     # Two workers of one replica each: 4 of the global batch of 8 per worker.
-    shards = [_take(data_lib.train_dataset(source, PIPELINE, config, tf.distribute.InputContext(2, i, 2), 0), 500)
+    shards = [_take(data_lib.train_dataset(source, plan_of(source, *PIPELINE, config=config, num_replicas=2),
+                                           tf.distribute.InputContext(2, i, 2), 0), 500)
               for i in range(2)]
     seen = [{img.tobytes() for batch in shard for img in batch["image"]} for shard in shards]
     assert len(seen[0]) > 1900 and len(seen[1]) > 1900 and len(seen[0] & seen[1]) < 20
@@ -64,7 +66,8 @@ def test_evaluation_is_padded_to_the_same_steps_on_every_worker():
     config = _config()
     source = data_lib.open_source(config)
     steps = data_lib.eval_steps(source, 96)  # 1000 examples -> 11 steps of 96
-    batches = [_take(data_lib.eval_dataset(source, PIPELINE, 96, steps, tf.distribute.InputContext(2, i, 2)), 100)
+    batches = [_take(data_lib.eval_dataset(source, plan_of(source, *PIPELINE, eval_batch=96, num_replicas=2), steps,
+                                          tf.distribute.InputContext(2, i, 2)), 100)
                for i in range(2)]
     assert [len(b) for b in batches] == [steps, steps]
     assert {b["image"].shape[0] for worker in batches for b in worker} == {48}
@@ -72,10 +75,14 @@ def test_evaluation_is_padded_to_the_same_steps_on_every_worker():
 
 
 def test_augmentations_keep_the_shape_and_are_seeded():
+    from keras_vit.training import augment as augment_lib
+
+    source = data_lib.open_source(_config())
     image = tf.random.stateless_uniform((40, 30, 3), (0, 0), 0, 255)
     for kind in ("inception_crop_flip", "inception_crop", "flip", "affine", "translate", "none"):
-        a = data_lib.augment(image, (32, 32), kind, tf.constant([1, 2], tf.int64))
-        b = data_lib.augment(image, (32, 32), kind, tf.constant([1, 2], tf.int64))
+        transform = augment_lib.example_transform(plan_of(source, (32, 32), 3, _config(train_augment=kind)))
+        a = transform(image, tf.constant([1, 2], tf.int64))
+        b = transform(image, tf.constant([1, 2], tf.int64))
         assert a.shape == (32, 32, 3), kind
         np.testing.assert_array_equal(a.numpy(), b.numpy())
 
@@ -91,8 +98,8 @@ def test_image_folder_with_one_subfolder_per_class(tmp_path):
             (tmp_path / name / f"{i}.png").write_bytes(_png(40 * c + i))
     source = data_lib.open_source(_config(dataset=f"folder:{tmp_path}"))
     assert source.num_classes == 3 and source.sizes == {"train": 27, "eval": 3}
-    pipeline = data_lib.Pipeline((16, 16), 3)
-    batch = next(iter(data_lib.eval_dataset(source, pipeline, 3, 1, tf.distribute.InputContext(1, 0, 1))))
+    pipeline = ((16, 16), 3)
+    batch = next(iter(data_lib.eval_dataset(source, plan_of(source, *pipeline, eval_batch=3), 1, tf.distribute.InputContext(1, 0, 1))))
     assert batch["image"].shape == (3, 16, 16, 3)
     assert sorted(batch["label"].numpy()) == [0, 1, 2]
     # 9th file of each class, value 40 * c + 9, mapped to [-1, 1].
@@ -114,11 +121,11 @@ def test_tfrecords_of_encoded_images(tmp_path):
     (tmp_path / "labels.txt").write_text("even\nodd\n")
     source = data_lib.open_source(_config(dataset=f"tfrecord:{tmp_path}"))
     assert source.num_classes == 2 and source.sizes["eval"] == 2
-    pipeline = data_lib.Pipeline((12, 10), 3)
-    batch = next(iter(data_lib.eval_dataset(source, pipeline, 2, 1, tf.distribute.InputContext(1, 0, 1))))
+    pipeline = ((12, 10), 3)
+    batch = next(iter(data_lib.eval_dataset(source, plan_of(source, *pipeline, eval_batch=2), 1, tf.distribute.InputContext(1, 0, 1))))
     assert list(batch["label"].numpy()) == [1, 0]
-    train = next(iter(data_lib.train_dataset(source, pipeline, _config(dataset="x", batch_size=6,
-                                                                        train_augment="none"),
+    train = next(iter(data_lib.train_dataset(source, plan_of(source, *pipeline, config=_config(
+                                                 dataset="x", batch_size=6, train_augment="none")),
                                              tf.distribute.InputContext(1, 0, 1), 0)))
     assert sorted(train["label"].numpy()) == [0, 0, 0, 1, 1, 1]
 

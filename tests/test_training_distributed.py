@@ -180,6 +180,48 @@ def test_kill_9_and_resume_with_every_augmentation_and_regulariser(tmp_path):
     assert resumed["eval"] == straight["eval"]
 
 
+def test_kill_9_and_resume_with_the_deit_recipe_ends_bitwise_equal(tmp_path):
+    """DeiT's own settings (RandAugment, random erasing, Mixup/CutMix in
+    groups of 6, repeated augmentation 3, EMA, stochastic depth, warmup in
+    epochs) at batch 7: the resume at step 3 (21 examples) lands inside a
+    mixing group."""
+    overrides = {"recipe": "deit", "steps": 6, "checkpoint_every": 3, "deterministic": True, "batch_size": 7,
+                 "train_augment": "inception_crop_flip", "label_smoothing": 0.1, "ema": 0.9, "image_size": 28}
+    killed = _launch({"workdir": str(tmp_path / "resumed"), "kill_at": 4, "overrides": overrides})
+    straight = _launch({"workdir": str(tmp_path / "straight"), "overrides": overrides})
+    assert _finish(killed, expect_rc=-9) is None
+    resumed = _finish(_launch({"workdir": str(tmp_path / "resumed"), "overrides": overrides}))
+    straight = _finish(straight)
+    assert resumed["steps_this_session"] == 3 and resumed["losses"] == straight["losses"][3:]
+    a = checkpoint_arrays(tmp_path / "resumed" / "checkpoints" / "ckpt-00000006.npz")
+    b = checkpoint_arrays(tmp_path / "straight" / "checkpoints" / "ckpt-00000006.npz")
+    assert a.keys() == b.keys()
+    for key in a:
+        np.testing.assert_array_equal(a[key], b[key], err_msg=key)
+    plan = json.loads((tmp_path / "straight" / "config.json").read_text())["plan"]
+    assert [op["op"] for op in plan["augmentation"]] == [
+        "inception_crop", "flip", "randaugment", "to_model_range", "random_erasing", "mix"]
+
+
+def test_workers_that_restore_different_steps_stop_with_one_line(tmp_path):
+    """Each worker its own workdir (storage not shared): the chief's holds a
+    checkpoint, the worker's none. Training on would be two different runs."""
+    overrides = {"steps": 2, "batch_size": 8, "checkpoint_every": 2}
+    first = _launch({"workdir": str(tmp_path / "chief"), "overrides": overrides})
+    _finish(first)
+    ports = _free_ports(2)
+    cluster = {"worker": [f"127.0.0.1:{p}" for p in ports]}
+    workers = []
+    for index, workdir in enumerate((tmp_path / "chief", tmp_path / "worker")):
+        tf_config = json.dumps({"cluster": cluster, "task": {"type": "worker", "index": index}})
+        spec = {"workdir": str(workdir), "overrides": {**overrides, "steps": 4, "strategy": "multi_worker"}}
+        workers.append(_launch(spec, env={"TF_CONFIG": tf_config}))
+    for worker in workers:
+        out, err = worker.communicate(timeout=TIMEOUT)
+        assert worker.returncode != 0
+        assert "The workers restored different steps" in err, err[-3000:]
+
+
 def test_two_worker_cluster_with_every_augmentation_and_regulariser_resumes_bitwise(tmp_path):
     overrides = {"steps": 20, "batch_size": 32, "learning_rate": 1e-2, "checkpoint_every": 5,
                  "deterministic": True, "steps_per_loop": 5, **REGULARISED}

@@ -15,6 +15,7 @@ from keras_vit import images as images_lib
 from keras_vit.cli import main
 from keras_vit.training import TrainConfig
 from keras_vit.training import data as data_lib
+from tests.training_helpers import plan_of
 from tests import image_files
 
 TRAIN = ["--model", "Mu/4", "--patch-size", "4", "--image-size", "16", "--recipe", "scratch", "--steps", "2",
@@ -56,8 +57,8 @@ def test_every_odd_kind_is_decoded_by_the_training_pipeline(messy):
     root, kinds = messy
     source = data_lib.open_source(_config(root))
     assert source.class_names == ["cats", "dogs"] and source.num_classes == 2
-    pipeline = data_lib.Pipeline((16, 16), 3)
-    ds = data_lib.plain_dataset(source, pipeline, "train", 64)
+    pipeline = ((16, 16), 3)
+    ds = data_lib.plain_dataset(source, plan_of(source, *pipeline), "train", 64)
     batch = next(iter(ds))
     assert batch["image"].shape[0] == source.sizes["train"]
     assert np.isfinite(batch["image"].numpy()).all() and batch["image"].numpy().std() > 0.1
@@ -87,9 +88,9 @@ def test_a_file_that_breaks_after_the_check_weighs_nothing_and_is_counted(messy,
     capsys.readouterr()  # the check's own warning
     victim = root / "cats" / "gray.png"
     victim.write_bytes(victim.read_bytes()[:60])  # damaged after the check, as on a flaky disk
-    pipeline = data_lib.Pipeline((16, 16), 3)
+    pipeline = ((16, 16), 3)
     config = _config(root, batch_size=22, train_augment="none")
-    batch = next(iter(data_lib.train_dataset(source, pipeline, config, tf.distribute.InputContext(), 0)))
+    batch = next(iter(data_lib.train_dataset(source, plan_of(source, *pipeline, config=config), tf.distribute.InputContext(), 0)))
     assert sorted(batch["weight"].numpy().tolist()) == [0.0] + [1.0] * 21  # one epoch: the file once, weight 0
     assert data_lib.problems_seen()["undecodable_files"] == 6 + 1  # left out before training, and this one
     assert str(victim) in data_lib.problems_seen()["files"]
@@ -106,7 +107,7 @@ def test_strict_data_stops_at_a_file_that_breaks_after_the_check(messy, tmp_path
     source = data_lib.open_source(_config(root, strict_data=True))
     (root / "dogs" / "gray.png").write_bytes(b"\x89PNG\r\n\x1a\n" + b"\x00" * 40)
     config = _config(root, strict_data=True, batch_size=22, train_augment="none")
-    ds = data_lib.train_dataset(source, data_lib.Pipeline((16, 16), 3), config, tf.distribute.InputContext(), 0)
+    ds = data_lib.train_dataset(source, plan_of(source, (16, 16), 3, config), tf.distribute.InputContext(), 0)
     with pytest.raises(Exception, match=r"gray\.png cannot be decoded.*--strict-data"):
         next(iter(ds))
 

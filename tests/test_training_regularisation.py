@@ -130,11 +130,28 @@ def test_learning_rate_scales_with_the_batch_and_epochs_become_steps(tmp_path):
     assert optimization.make_optimizer(recipe)._learning_rate.peak == pytest.approx(1e-3)
     # 4,000 digits x 0.1 epoch / 16 per step = 25 steps.
     results = train(tiny_config(tmp_path, epochs=0.1, batch_size=16, checkpoint_every=100))
-    assert results["steps"] == 25 and results["config"]["recipe"]["steps"] == 25
+    assert results["steps"] == 25 and results["plan"]["steps"] == 25 and results["plan"]["recipe"]["steps"] == 25
 
 
-def test_a_batch_that_splits_a_mixing_group_is_a_user_error(tmp_path):
-    from keras_vit.errors import UserError
+def test_any_batch_mixes_and_a_resume_inside_a_mixing_group_mixes_as_before():
+    """Mixup/CutMix groups (2 x repeated_augmentation = 4 here) may span
+    batches of 5; a stream resumed in the middle of a group (15 examples
+    consumed) yields what the uninterrupted stream yields from there."""
+    import tensorflow as tf
 
-    with pytest.raises(UserError, match="multiple of it"):
-        train(tiny_config(tmp_path, batch_size=6, mixup=0.2, repeated_augmentation=2, steps=1))
+    from keras_vit.training import data as data_lib
+    from tests.training_helpers import plan_of
+
+    config = tiny_config("unused", batch_size=5, mixup=0.8, cutmix=1.0, repeated_augmentation=2, random_erasing=0.25,
+                         randaugment=(2, 9), train_augment="inception_crop_flip")
+    source = data_lib.open_source(config)
+    plan = plan_of(source, (28, 28), 1, config)
+    context = tf.distribute.InputContext(1, 0, 1)
+    whole = [b for b in data_lib.train_dataset(source, plan, context, 0).take(6).as_numpy_iterator()]
+    resumed = [b for b in data_lib.train_dataset(source, plan, context, 15).take(3).as_numpy_iterator()]
+    for a, b in zip(whole[3:], resumed):
+        for key in ("image", "label", "mix_label", "mix_lambda"):
+            np.testing.assert_array_equal(a[key], b[key])
+    assert any((b["mix_lambda"] < 1).any() for b in whole)  # mixed at all
+
+

@@ -13,6 +13,8 @@ from scipy import stats
 
 from keras_vit.training import TrainConfig
 from keras_vit.training import data as data_lib
+from keras_vit.training import stream as stream_lib
+from tests.training_helpers import plan_of
 
 CLASSES = 30
 PER_CLASS = 100  # 3,000 examples, six times the buffer below
@@ -43,7 +45,7 @@ def _config(**overrides):
 def _stream(source, config, examples_seen=0, pipeline=0, pipelines=1, batches=10):
     context = tf.distribute.InputContext(num_input_pipelines=pipelines, input_pipeline_id=pipeline,
                                          num_replicas_in_sync=pipelines)
-    ds = data_lib.train_dataset(source, data_lib.Pipeline((2, 2), 1), config, context, examples_seen)
+    ds = data_lib.train_dataset(source, plan_of(source, (2, 2), 1, config), context, examples_seen)
     return [(_ids(b), b["label"].numpy()) for b in ds.take(batches)]
 
 
@@ -124,14 +126,14 @@ def test_record_files_are_reordered_and_interleaved_each_epoch(tmp_path):
     assert data_lib.check_stream_mixing(source, config) is None  # 16 files interleaved: no warning
     labels = np.concatenate([l for _, l in _stream_rgb(source, config, batches=8)])
     assert len(np.unique(labels)) >= 16  # the first 400 examples, where one file held one class
-    epoch_orders = [data_lib._epochs(source, 0, 1, 0, 0, BUFFER, None)(tf.constant(e, tf.int64)) for e in (0, 1)]
+    epoch_orders = [stream_lib._epochs(source, 0, 1, 0, 0, BUFFER, None)(tf.constant(e, tf.int64)) for e in (0, 1)]
     firsts = [[int(x[1]) for x in ds.take(40).as_numpy_iterator()] for ds in epoch_orders]
     assert firsts[0] != firsts[1]  # another file order in epoch 1
 
 
 def _stream_rgb(source, config, batches):
     context = tf.distribute.InputContext()
-    ds = data_lib.train_dataset(source, data_lib.Pipeline((2, 2), 3), config, context, 0)
+    ds = data_lib.train_dataset(source, plan_of(source, (2, 2), 3, config), context, 0)
     return [(None, b["label"].numpy()) for b in ds.take(batches)]
 
 

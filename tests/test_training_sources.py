@@ -14,6 +14,7 @@ from PIL import Image
 from keras_vit import images as images_lib
 from keras_vit.training import TrainConfig, train
 from keras_vit.training import data as data_lib
+from tests.training_helpers import plan_of
 from tests.training_helpers import tiny_config
 
 
@@ -32,7 +33,7 @@ def pictures(tmp_path):
 
 
 def _values(source, split):
-    ds = data_lib.plain_dataset(source, data_lib.Pipeline((12, 10), 3), split, 100)
+    ds = data_lib.plain_dataset(source, plan_of(source, (12, 10), 3), split, 100)
     batch = next(iter(ds))
     return sorted(zip(np.round((batch["image"].numpy()[:, 0, 0, 0] + 1) * 127.5).astype(int).tolist(),
                       batch["label"].numpy().tolist()))
@@ -49,10 +50,12 @@ def test_list_csv_and_json_with_names_or_ids(pictures, tmp_path):
                                                     + [{"path": f"pics/cat/{i}.png", "label": 2} for i in range(8)]))
     (tmp_path / "eval.json").write_text(json.dumps([["pics/bee/0.png", 1], ["pics/cat/9.png", 2]]))
     spec = f"list:{tmp_path / 'train.json'},{tmp_path / 'eval.json'}"
-    with pytest.raises(ValueError, match=r"class\(es\) 1 have no readable training images"):
+    with pytest.raises(ValueError, match=r"class\(es\) hold no readable images: '1'"):
         data_lib.open_source(_config(dataset=spec))
+    # Integer labels keep their values: class 2 stays 2 (not renumbered to 1), class 1 keeps its output.
     source = data_lib.open_source(_config(dataset=spec, drop_empty_classes=True))
-    assert source.class_names == ["0", "2"] and source.sizes == {"train": 16, "eval": 1}
+    assert source.class_names == ["0", "1", "2"] and source.sizes == {"train": 16, "eval": 2}
+    assert _values(source, "eval") == [(80, 1), (169, 2)]
 
 
 def test_train_on_a_tf_data_dataset_holds_out_every_10th_example(tmp_path):
@@ -91,6 +94,6 @@ def test_a_keras_directory_dataset_is_reread_through_keras_vit_images(pictures, 
     results = train(tiny_config(tmp_path / "run", steps=2, image_size=28, eval_batch_size=6), dataset=(train_ds, val_ds))
     assert results["steps"] == 2
     path = train_ds.file_paths[0]
-    pixels = next(iter(data_lib.plain_dataset(
-        data_lib.open_source(_config(), (train_ds, val_ds)), data_lib.Pipeline((12, 10), 3), "train", 1)))
+    source = data_lib.open_source(_config(), (train_ds, val_ds))
+    pixels = next(iter(data_lib.plain_dataset(source, plan_of(source, (12, 10), 3), "train", 1)))
     assert pixels["image"].shape == (1, 12, 10, 3) and images_lib.decode(path).shape == (12, 10, 3)

@@ -14,6 +14,7 @@ import tensorflow as tf
 from keras_vit.cli import main
 from keras_vit.training import TrainConfig
 from keras_vit.training import data as data_lib
+from tests.training_helpers import plan_of
 from tests.test_training_distributed import _finish, _free_ports, _launch
 
 tfds = pytest.importorskip("tensorflow_datasets")
@@ -76,7 +77,7 @@ def test_two_input_pipelines_read_disjoint_halves_covering_the_split(prepared):
     # Through the training stream: one epoch of each worker's shard is that same half.
     config = _config(f"tfds:{prepared[1]}", batch_size=4, train_augment="none")
     for index in range(2):
-        ds = data_lib.train_dataset(source, data_lib.Pipeline((16, 16), 3), config,
+        ds = data_lib.train_dataset(source, plan_of(source, (16, 16), 3, config, num_replicas=2),
                                     tf.distribute.InputContext(2, index, 2), 0)
         firsts = [int(round((v + 1) * 127.5)) for batch in ds.take(NUM_TRAIN // 2 // 2)
                   for v in batch["image"].numpy()[:, 0, 0, 0]]

@@ -16,8 +16,9 @@ def tiny_config(workdir, **overrides):
         learning_rate=1e-3, train_augment="none", label_smoothing=0.0, checkpoint_every=2,
         eval_batch_size=500, log_every=1, progress=False, jit_compile=False, strategy="default",
     )
+    recipe = overrides.pop("recipe", "scratch")
     settings.update(overrides)
-    return TrainConfig.create("scratch", **settings)
+    return TrainConfig.create(recipe, **settings)
 
 
 def weights_of(model_path):
@@ -29,3 +30,17 @@ def weights_of(model_path):
 def checkpoint_arrays(path):
     with np.load(path) as data:
         return {k: data[k] for k in data.files if k != "meta"}
+
+
+def plan_of(source, image_size, num_channels, config=None, eval_batch=None, num_replicas=1):
+    """The run's plan of `config` (default: a tiny scratch run) on `source`,
+    at `image_size` with `num_channels`: what the data pipeline reads."""
+    from keras_vit.training import TrainConfig
+    from keras_vit.training import plan as plan_lib
+
+    config = config or TrainConfig.create("scratch", model=TINY, train_augment="none")
+    changes = {"image_size": tuple(image_size)}
+    if eval_batch is not None:
+        changes["eval_batch_size"] = eval_batch
+    return plan_lib.resolve(config.replace(**changes), source, TINY.replace(patch_size=1),
+                            num_replicas=num_replicas, num_channels=num_channels)

@@ -1,4 +1,13 @@
-"""The regularising augmentations of the AugReg and DeiT recipes, as stateless ops.
+"""Training augmentation, built in one place from the plan's op list, as stateless ops.
+
+    transform = example_transform(plan)      # (image float HWC 0..255, seed) -> model input
+    mix = group_mixer(plan)                  # Mixup / CutMix of a group of the stream
+
+The op list (keras_vit.training.plan.augmentation_ops) is ordered: geometry
+(Inception crop or resize, then flip / affine / translate), RandAugment, the
+scale to the model's [-1, 1], random erasing; mixing follows, on pairs of the
+stream. Each op draws from its own seed, folded from the example's seed with
+the op's fixed salt (SALTS), so adding an op never changes another's draws.
 
 Every op takes an explicit seed (an int64 pair) and draws with TensorFlow's
 stateless random ops only, so an example's augmentation is a function of the
@@ -29,6 +38,8 @@ from __future__ import annotations
 import math
 
 import tensorflow as tf
+
+from keras_vit import images as images_lib
 
 FILL = 128.0  # the grey that geometric ops leave where no pixel maps (timm's fill)
 
@@ -275,9 +286,112 @@ def mix_group(group, partner_offset, mixup, cutmix, mix_prob, switch_prob, seed)
     masks = tf.stack(masks + masks)  # pair p draws for examples p and p + offset
     lams = tf.stack(lams + lams)
     partner = tf.roll(tf.range(2 * partner_offset), -partner_offset, axis=0)
+    if "weight" in group:
+        # A blank stand-in of an unreadable file (weight 0) is mixed with nothing:
+        # its partner keeps its own pixels and label, and it weighs nothing itself.
+        both = tf.cast(group["weight"] > 0, tf.float32) * tf.cast(tf.gather(group["weight"], partner) > 0, tf.float32)
+        masks = 1.0 - (1.0 - masks) * both[:, None, None, None]
+        lams = 1.0 - (1.0 - lams) * both
     partner_images = tf.gather(images, partner)
     out = dict(group)
     out["image"] = images * masks + partner_images * (1.0 - masks)
     out["mix_label"] = tf.gather(labels, partner)
     out["mix_lambda"] = lams
     return out
+
+
+# --- geometry -------------------------------------------------------------------------------
+
+def inception_crop(image, size, seed):
+    """The official code's Inception crop: 5%..100% of the area, aspect
+    3/4..4/3, resized to `size` as evaluation, predict and export resize
+    (bilinear, antialiased: keras_vit.images.resize)."""
+    channels = image.shape[-1]
+    begin, crop_size, _ = tf.image.stateless_sample_distorted_bounding_box(
+        tf.shape(image), bounding_boxes=tf.constant([[[0.0, 0.0, 1.0, 1.0]]]), seed=seed,
+        area_range=(0.05, 1.0), aspect_ratio_range=(3 / 4, 4 / 3), min_object_covered=0.0,
+        use_image_if_no_bounding_boxes=True)
+    crop = tf.slice(image, begin, crop_size)
+    crop.set_shape([None, None, channels])  # the slice's size is a tensor: keep the channels known
+    return images_lib.resize(crop, size)
+
+
+def random_affine(image, seed, max_degrees=15.0, max_scale=0.15, max_shift=0.125):
+    """Rotation, zoom and shift drawn from `seed`; edges extend outwards."""
+    height, width = image.shape[0], image.shape[1]
+    u = tf.random.stateless_uniform([4], seed, -1.0, 1.0)
+    angle = u[0] * max_degrees * math.pi / 180.0
+    scale = 1.0 + u[1] * max_scale
+    tx, ty = u[2] * max_shift * width, u[3] * max_shift * height
+    cos, sin = tf.cos(angle) / scale, tf.sin(angle) / scale
+    cx, cy = (width - 1) / 2.0, (height - 1) / 2.0
+    # The map from output to input pixel: rotate/zoom about the centre, then shift.
+    transform = tf.stack([cos, sin, cx - cos * (cx + tx) - sin * (cy + ty),
+                          -sin, cos, cy + sin * (cx + tx) - cos * (cy + ty), 0.0, 0.0])
+    return tf.raw_ops.ImageProjectiveTransformV3(
+        images=image[None], transforms=transform[None], output_shape=[height, width], fill_value=0.0,
+        interpolation="BILINEAR", fill_mode="NEAREST")[0]
+
+
+def random_translate(image, seed):
+    """Shift by up to 1/8 of the side: mirror-pad, then crop back at random."""
+    height, width, channels = image.shape
+    pad = max(1, height // 8)
+    padded = tf.pad(image, [[pad, pad], [pad, pad], [0, 0]], mode="SYMMETRIC")
+    return tf.image.stateless_random_crop(padded, [height, width, channels], seed=seed)
+
+
+# --- the op list ----------------------------------------------------------------------------
+
+# Each op's seed salt: fixed, so that one op's draws never depend on which others run.
+SALTS = {"inception_crop": 10, "affine": 10, "translate": 10, "flip": 11, "randaugment": 1,
+         "random_erasing": 2}
+
+
+def _apply(op, image, size, seed):
+    name = op["op"]
+    if name == "resize":
+        return images_lib.resize(image, size)
+    if name == "to_model_range":
+        return images_lib.to_model_range(image)
+    op_seed = fold(seed, SALTS[name])
+    if name == "inception_crop":
+        return inception_crop(image, size, op_seed)
+    if name == "flip":
+        return tf.image.stateless_random_flip_left_right(image, seed=op_seed)
+    if name == "affine":
+        return random_affine(image, op_seed)
+    if name == "translate":
+        return random_translate(image, op_seed)
+    if name == "randaugment":
+        return randaugment(image, op["num_ops"], op["magnitude"], op_seed)
+    if name == "random_erasing":
+        return random_erasing(image, op["probability"], op_seed)
+    raise ValueError(f"unknown augmentation op {name!r}")
+
+
+def example_transform(plan):
+    """(image float (H, W, C) 0..255 of any size, int64 seed pair) -> the
+    model's input (plan.image_size, C) in [-1, 1], through the plan's ops."""
+    size, channels = tuple(plan.image_size), plan.num_channels
+
+    def transform(image, seed):
+        image.set_shape([None, None, channels])
+        for op in plan.augmentation:
+            image = _apply(op, image, size, seed)
+        return tf.ensure_shape(image, [size[0], size[1], channels])
+
+    return transform
+
+
+def group_mixer(plan):
+    """A group of 2K examples (stacked) and its int64 seed pair -> the group
+    mixed as plan.mixing says; an example whose file failed to decode
+    (weight 0) is mixed with nothing, and nothing is mixed with it."""
+    mix = plan.mixing
+
+    def mixer(group, seed):
+        return mix_group(group, mix["partner_offset"], mix["mixup"], mix["cutmix"], mix["prob"],
+                         mix["switch_prob"], seed)
+
+    return mixer

@@ -36,8 +36,48 @@ class CheckpointWriteError(OSError):
     """A checkpoint could not be written (full disk, no permission); the previous one is intact."""
 
 
+# Names Keras numbers per process (a Dropout's seed generator: seed_generator_12):
+# matched by their kind and order, every other name by itself.
+_AUTO_NUMBERED = re.compile(r"(^|/)(seed_generator)_\d+(?=/|$)")
+
+
 def _describe(variables):
     return [[v.path, list(v.shape), str(np.dtype(v.dtype))] for v in variables]
+
+
+def variable_keys(paths, kind):
+    """The names a checkpoint matches variables by: the path (without the
+    optimizer's own, auto-numbered name for optimizer variables), auto-numbered
+    names by their kind, and "#n" on the n-th repeat of a name."""
+    keys, seen = [], {}
+    for path in paths:
+        if kind == "optimizer" and "/" in path:
+            path = path.split("/", 1)[1]
+        path = _AUTO_NUMBERED.sub(r"\1\2", path)
+        seen[path] = seen.get(path, 0) + 1
+        keys.append(path if seen[path] == 1 else f"{path}#{seen[path]}")
+    return keys
+
+
+def _layout(entries, kind):
+    """{key: (index, shape, dtype)} of [[path, shape, dtype], ...]."""
+    keys = variable_keys([e[0] for e in entries], kind)
+    return {key: (i, list(e[1]), e[2]) for i, (key, e) in enumerate(zip(keys, entries))}
+
+
+def _layout_problems(kind, saved, current):
+    """What differs between a checkpoint's variables and this run's, by name."""
+    missing = sorted(set(current) - set(saved))
+    extra = sorted(set(saved) - set(current))
+    differ = sorted(k for k in set(saved) & set(current) if saved[k][1:] != current[k][1:])
+    problems = []
+    for what, keys in (("not in the checkpoint", missing), ("in the checkpoint only", extra)):
+        if keys:
+            problems.append(f"{kind} variables {what}: {', '.join(keys[:5])}" + (" ..." if len(keys) > 5 else ""))
+    for key in differ[:5]:
+        problems.append(f"{kind} variable {key}: checkpoint {saved[key][1]} {saved[key][2]}, this run "
+                        f"{current[key][1]} {current[key][2]}")
+    return problems
 
 
 class CheckpointManager:
@@ -123,10 +163,9 @@ class CheckpointManager:
                 problems.append(f"{key}: checkpoint {saved.get(key)!r}, this run {self.fingerprint.get(key)!r}")
         if not problems:
             for kind, variables in (("model", model.variables), ("optimizer", optimizer.variables)):
-                # Shapes and dtypes in order; names are auto-numbered per process.
-                saved_layout = [entry[1:] for entry in meta[f"{kind}_variables"]]
-                if saved_layout != [entry[1:] for entry in _describe(variables)]:
-                    problems.append(f"the {kind} variables differ in number, shapes or dtypes")
+                # By name, shape and dtype: q, k and v kernels share a shape, never a name.
+                problems += _layout_problems(kind, _layout(meta[f"{kind}_variables"], kind),
+                                             _layout(_describe(variables), kind))
         if problems:
             raise IncompatibleCheckpointError(
                 f"The workdir {storage.dirname(self.directory)!r} holds a checkpoint ({storage.basename(path)}) "
@@ -142,10 +181,10 @@ class CheckpointManager:
             return None
         meta, arrays = self.read(path)
         self.check(meta, model, optimizer, path)
-        for i, v in enumerate(model.variables):
-            v.assign(arrays[f"model/{i:05d}"])
-        for i, v in enumerate(optimizer.variables):
-            v.assign(arrays[f"optimizer/{i:05d}"])
+        for kind, variables in (("model", model.variables), ("optimizer", optimizer.variables)):
+            saved = _layout(meta[f"{kind}_variables"], kind)
+            for key, v in zip(variable_keys([v.path for v in variables], kind), variables):
+                v.assign(arrays[f"{kind}/{saved[key][0]:05d}"])
         return meta["step"], meta["examples_seen"]
 
 

@@ -27,7 +27,9 @@ _RECIPE_HELP = {
     "beta_2": "Adam beta_2",
     "weight_decay": "decoupled weight decay",
     "schedule": "cosine | linear | constant (after the linear warmup)",
-    "warmup_steps": "linear warmup steps",
+    "warmup_steps": "linear warmup, in steps (replaces a recipe's warmup in epochs)",
+    "warmup_epochs": "linear warmup, in passes over the training split (deit, finetune_ld: 5); turned into "
+                     "steps with the split's size",
     "steps": "optimizer steps",
     "batch_size": "global batch per optimizer step (all replicas, all accumulation micro-steps)",
     "grad_clip_norm": "clip the all-reduced gradient to this global norm; 0 disables",
@@ -45,7 +47,7 @@ _RECIPE_HELP = {
     "layer_decay": "learning-rate scale per block: rate ** (depth - block), embeddings lowest, head 1",
     "loss": "softmax | sigmoid (binary cross-entropy, head bias -log(classes))",
     "randaugment": "N,M: N ops of magnitude M (0..30) per image, e.g. 2,15",
-    "mixup": "Mixup's Beta(alpha, alpha); 0 off",
+    "mixup": "Mixup's Beta(alpha, alpha); 0 off (default: the recipe's, else its --aug-level's)",
     "cutmix": "CutMix's Beta(alpha, alpha); 0 off",
     "mix_prob": "probability that a pair of examples is mixed",
     "mix_switch_prob": "with --mixup and --cutmix: probability of CutMix",
@@ -153,7 +155,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     recipe = parser.add_argument_group("recipe overrides (default: the recipe's value)")
     types = {"grad_clip_norm": _clip, "representation_layer": _bool, "image_size": image_size,
              "batch_size": positive_int, "steps": non_negative_int, "warmup_steps": non_negative_int,
-             "epochs": float, "lr_base_batch": positive_int, "ema": float, "layer_decay": float,
+             "epochs": float, "warmup_epochs": float, "mixup": float, "lr_base_batch": positive_int, "ema": float, "layer_decay": float,
              "randaugment": _randaugment, "repeated_augmentation": positive_int, "aug_level": str}
     for field in config_lib.RECIPE_FIELDS:
         default_type = type(getattr(config_lib.FINETUNE, field))

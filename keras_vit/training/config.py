@@ -36,6 +36,16 @@ LOSSES = ("softmax", "sigmoid")
 STRATEGIES = ("auto", "default", "one_device", "mirrored", "multi_worker", "tpu")
 
 
+# The AugReg paper's augmentation levels (big_vision vit_i1k.py): RandAugment and Mixup alpha.
+AUG_LEVELS = {
+    "none": dict(randaugment=None, mixup=0.0), "light1": dict(randaugment=(2, 0), mixup=0.0),
+    "light2": dict(randaugment=(2, 10), mixup=0.2), "medium1": dict(randaugment=(2, 15), mixup=0.2),
+    "medium2": dict(randaugment=(2, 15), mixup=0.5), "strong1": dict(randaugment=(2, 20), mixup=0.5),
+    "strong2": dict(randaugment=(2, 20), mixup=0.8),
+}
+
+
+
 def _check_choice(field, value, choices):
     if value not in choices:
         raise UserError(f"{field} must be one of {choices}, got {value!r}.")
@@ -57,7 +67,11 @@ class Recipe:
             non-zero value switches to AdamW.
         schedule: decay after the warmup: "cosine" or "linear" (to 0), or
             "constant".
-        warmup_steps: linear warmup from 0 to `learning_rate`.
+        warmup_steps: linear warmup from 0 to `learning_rate`, in steps.
+        warmup_epochs: the warmup in passes over the training split, as the
+            papers state it (DeiT, BEiT, MAE: 5 epochs); the run's plan turns
+            it into steps with the split's size, so it fits any dataset. Set,
+            it wins over `warmup_steps`.
         steps: optimizer steps in the run.
         batch_size: the global batch of one optimizer step, over all replicas
             and all accumulation micro-steps.
@@ -87,8 +101,10 @@ class Recipe:
             the head 1 (BEiT / MAE fine-tuning).
         loss: "softmax" (cross-entropy) or "sigmoid" (binary cross-entropy on
             the one-hot targets, head bias initialised to -log(num_classes)).
-        randaugment: (number of ops, magnitude 0..30), e.g. (2, 15); None off.
-        mixup / cutmix: Beta(alpha, alpha) of Mixup / CutMix; 0 off.
+        randaugment: (number of ops, magnitude 0..30), e.g. (2, 15); None:
+            the augmentation level's (`aug_level`), else off; (0, 0) off.
+        mixup / cutmix: Beta(alpha, alpha) of Mixup / CutMix; 0 off. mixup
+            None: the augmentation level's (`aug_level`), else 0.
         mix_prob: probability that a pair of examples is mixed at all.
         mix_switch_prob: with both on, probability of CutMix instead of Mixup.
         random_erasing: probability of erasing one random box of an image.
@@ -98,7 +114,9 @@ class Recipe:
             training (PatchDropout / FLIP); evaluation sees them all.
         aug_level: an AugReg augmentation level (AUG_LEVELS: none, light1,
             light2, medium1, medium2, strong1, strong2) that sets randaugment
-            and mixup; "by_size" picks it from the model as big_vision does.
+            and mixup where they are None; "by_size" picks it from the model
+            as big_vision does. Resolved by the run's plan
+            (keras_vit.training.plan), however the config was built.
     """
 
     name: str
@@ -109,6 +127,7 @@ class Recipe:
     weight_decay: float = 0.0
     schedule: str = "cosine"
     warmup_steps: int = 0
+    warmup_epochs: Optional[float] = None
     steps: int = 10_000
     batch_size: int = 512
     grad_clip_norm: Optional[float] = 1.0
@@ -125,7 +144,7 @@ class Recipe:
     layer_decay: Optional[float] = None
     loss: str = "softmax"
     randaugment: Optional[Tuple[int, int]] = None
-    mixup: float = 0.0
+    mixup: Optional[float] = None
     cutmix: float = 0.0
     mix_prob: float = 1.0
     mix_switch_prob: float = 0.5
@@ -164,18 +183,22 @@ class Recipe:
                 raise UserError(f"{field} must be in [0, 1], got {getattr(self, field)}.")
         if self.patch_dropout == 1:
             raise UserError("patch_dropout 1 would drop every patch; give a fraction below 1.")
-        if self.mixup < 0 or self.cutmix < 0 or self.repeated_augmentation < 1:
+        if (self.mixup or 0) < 0 or self.cutmix < 0 or self.repeated_augmentation < 1:
             raise UserError("mixup and cutmix must be >= 0 and repeated_augmentation >= 1.")
         if self.randaugment is not None and (len(self.randaugment) != 2 or self.randaugment[0] < 0
                                              or not 0 <= self.randaugment[1] <= 30):
             raise UserError(f"randaugment is (number of ops >= 0, magnitude 0..30), got {self.randaugment}.")
         if (self.epochs is not None and self.epochs <= 0) or (self.lr_base_batch is not None and self.lr_base_batch < 1):
             raise UserError("epochs must be > 0 and lr_base_batch >= 1.")
+        if self.warmup_epochs is not None and self.warmup_epochs < 0:
+            raise UserError(f"warmup_epochs must be >= 0, got {self.warmup_epochs}.")
+        if self.aug_level is not None:
+            _check_choice("aug_level", self.aug_level, tuple(AUG_LEVELS) + ("by_size",))
 
     @property
     def mixes(self) -> bool:
         """Whether pairs of examples are mixed (Mixup or CutMix)."""
-        return (self.mixup > 0 or self.cutmix > 0) and self.mix_prob > 0
+        return ((self.mixup or 0) > 0 or self.cutmix > 0) and self.mix_prob > 0
 
     @property
     def peak_learning_rate(self) -> float:
@@ -210,7 +233,9 @@ MASKED_PATCH = Recipe(
     grad_clip_norm=1.0, train_augment="inception_crop_flip", image_size=224,
     representation_layer=False, dropout_rate=0.0,
 )
-# ImageNet-1k epoch of 1,281,167 images: warmups given in epochs below are in steps here.
+# ImageNet-1k's training split: big_vision states its warmups in steps of its
+# batch at ImageNet size; below they are the epochs those steps cover, so that
+# they fit a run on any dataset (the plan converts epochs to steps).
 IMAGENET_TRAIN = 1_281_167
 
 # AugReg (Steiner et al. 2021; big_vision configs/vit_i1k.py): Adam 1e-3, cosine
@@ -220,9 +245,9 @@ IMAGENET_TRAIN = 1_281_167
 # decays by learning rate x wd: its 1e-4 is 0.1 here.
 AUGREG = Recipe(
     name="augreg", optimizer="adamw", learning_rate=1e-3, momentum=0.9, beta_2=0.999, weight_decay=0.1,
-    schedule="cosine", warmup_steps=10_000, epochs=300, batch_size=4096, grad_clip_norm=1.0,
-    train_augment="inception_crop_flip", image_size=224, representation_layer=True, classifier="token",
-    aug_level="by_size",
+    schedule="cosine", warmup_epochs=10_000 * 4096 / IMAGENET_TRAIN, epochs=300, batch_size=4096,
+    grad_clip_norm=1.0, train_augment="inception_crop_flip", image_size=224, representation_layer=True,
+    classifier="token", aug_level="by_size",
 )
 # DeiT (Touvron et al. 2021, main.py defaults): AdamW 5e-4 x batch / 512, wd 0.05,
 # 300 epochs with 5 of warmup at batch 1024, label smoothing 0.1, RandAugment
@@ -230,7 +255,7 @@ AUGREG = Recipe(
 # augmentation x3, stochastic depth 0.1, EMA 0.99996, no clipping.
 DEIT = Recipe(
     name="deit", optimizer="adamw", learning_rate=5e-4, lr_base_batch=512, momentum=0.9, beta_2=0.999,
-    weight_decay=0.05, schedule="cosine", warmup_steps=5 * IMAGENET_TRAIN // 1024, epochs=300, batch_size=1024,
+    weight_decay=0.05, schedule="cosine", warmup_epochs=5, epochs=300, batch_size=1024,
     grad_clip_norm=None, label_smoothing=0.1, train_augment="inception_crop_flip", image_size=224,
     classifier="token", stochastic_depth_rate=0.1, randaugment=(2, 9), random_erasing=0.25, mixup=0.8,
     cutmix=1.0, repeated_augmentation=3, ema=0.99996,
@@ -241,8 +266,9 @@ DEIT = Recipe(
 # warmup, cosine, clip 1, RandAugment(2, 10), Mixup 0.2.
 PLAIN_BASELINE = Recipe(
     name="plain_baseline", optimizer="adamw", learning_rate=1e-3, momentum=0.9, beta_2=0.999, weight_decay=0.1,
-    schedule="cosine", warmup_steps=10_000, epochs=90, batch_size=1024, grad_clip_norm=1.0,
-    train_augment="inception_crop_flip", image_size=224, representation_layer=True, classifier="gap",
+    schedule="cosine", warmup_epochs=10_000 * 1024 / IMAGENET_TRAIN, epochs=90, batch_size=1024,
+    grad_clip_norm=1.0, train_augment="inception_crop_flip", image_size=224, representation_layer=True,
+    classifier="gap",
     randaugment=(2, 10), mixup=0.2,
 )
 # Fine-tuning after self-supervised pre-training (BEiT / MAE): AdamW 5e-4 x
@@ -251,22 +277,13 @@ PLAIN_BASELINE = Recipe(
 # 0.25, stochastic depth 0.1, global average pooling, and an EMA of the weights.
 FINETUNE_LD = Recipe(
     name="finetune_ld", optimizer="adamw", learning_rate=5e-4, lr_base_batch=256, momentum=0.9, beta_2=0.999,
-    weight_decay=0.05, schedule="cosine", warmup_steps=5 * IMAGENET_TRAIN // 1024, epochs=100, batch_size=1024,
+    weight_decay=0.05, schedule="cosine", warmup_epochs=5, epochs=100, batch_size=1024,
     grad_clip_norm=None, label_smoothing=0.1, train_augment="inception_crop_flip", image_size=224,
     classifier="gap", stochastic_depth_rate=0.1, layer_decay=0.65, randaugment=(2, 9), random_erasing=0.25,
     mixup=0.8, cutmix=1.0, ema=0.9999,
 )
 RECIPES = {recipe.name: recipe for recipe in (FINETUNE, PRETRAIN, SCRATCH, MASKED_PATCH, AUGREG, DEIT,
                                               PLAIN_BASELINE, FINETUNE_LD)}
-
-# The AugReg paper's augmentation levels (big_vision vit_i1k.py): RandAugment and Mixup alpha.
-AUG_LEVELS = {
-    "none": dict(randaugment=None, mixup=0.0), "light1": dict(randaugment=(2, 0), mixup=0.0),
-    "light2": dict(randaugment=(2, 10), mixup=0.2), "medium1": dict(randaugment=(2, 15), mixup=0.2),
-    "medium2": dict(randaugment=(2, 15), mixup=0.5), "strong1": dict(randaugment=(2, 20), mixup=0.5),
-    "strong2": dict(randaugment=(2, 20), mixup=0.8),
-}
-
 
 def aug_level_by_size(model) -> str:
     """big_vision's choice per model size: light1 for Ti (width 192) and
@@ -279,16 +296,29 @@ def aug_level_by_size(model) -> str:
     return "light2" if (width, patch) == (384, 32) else "medium2"
 
 
-def _with_aug_level(base: Recipe, changes: dict, model) -> dict:
-    """The recipe changes with the augmentation level's fields filled in
-    (explicit --randaugment / --mixup win over the level's)."""
-    level = changes.get("aug_level", base.aug_level)
-    if level is None:
-        return changes
+def with_aug_level(recipe: Recipe, model) -> Recipe:
+    """The recipe with its augmentation level resolved ("by_size" by `model`)
+    and the level's RandAugment and Mixup filled in where the recipe leaves
+    them None (an explicit --randaugment / --mixup wins). The one place a
+    level is read: the run's plan calls it, so every way of building a
+    config trains the same run."""
+    level = recipe.aug_level
     if level == "by_size":
         level = aug_level_by_size(model)
-    _check_choice("aug_level", level, tuple(AUG_LEVELS) + ("by_size",))
-    return {**AUG_LEVELS[level], **changes, "aug_level": level}
+    settings = AUG_LEVELS.get(level, {}) if level is not None else {}
+    randaugment = recipe.randaugment if recipe.randaugment is not None else settings.get("randaugment")
+    mixup = recipe.mixup if recipe.mixup is not None else settings.get("mixup", 0.0)
+    return dataclasses.replace(recipe, aug_level=level, randaugment=randaugment, mixup=mixup)
+
+
+def _counted_in_one_unit(changes: dict) -> dict:
+    """A run length or warmup given in steps replaces the recipe's in epochs
+    (--steps on deit, --warmup-steps on augreg) and vice versa; the same
+    rule for create() and replace()."""
+    for steps, epochs in (("steps", "epochs"), ("warmup_steps", "warmup_epochs")):
+        if steps in changes and epochs not in changes:
+            changes[epochs] = None
+    return changes
 
 
 RECIPE_FIELDS = tuple(f.name for f in dataclasses.fields(Recipe) if f.name != "name")
@@ -435,10 +465,7 @@ class TrainConfig:
         if isinstance(recipe, str) and recipe not in RECIPES:
             raise UserError(f"Unknown recipe {recipe!r}; known recipes: {sorted(RECIPES)}.")
         base = RECIPES[recipe] if isinstance(recipe, str) else recipe
-        recipe_changes = {k: overrides.pop(k) for k in list(overrides) if k in RECIPE_FIELDS}
-        recipe_changes = _with_aug_level(base, recipe_changes, overrides.get("model"))
-        if "steps" in recipe_changes and "epochs" not in recipe_changes:
-            recipe_changes["epochs"] = None  # --steps given for a recipe counted in epochs (deit, augreg) wins
+        recipe_changes = _counted_in_one_unit({k: overrides.pop(k) for k in list(overrides) if k in RECIPE_FIELDS})
         unknown = set(overrides) - {f.name for f in dataclasses.fields(cls)}
         if unknown:
             raise UserError(f"Unknown TrainConfig/Recipe field(s) {sorted(unknown)}.")
@@ -446,7 +473,7 @@ class TrainConfig:
 
     def replace(self, **changes) -> "TrainConfig":
         """A copy with TrainConfig and/or Recipe fields changed."""
-        recipe_changes = {k: changes.pop(k) for k in list(changes) if k in RECIPE_FIELDS}
+        recipe_changes = _counted_in_one_unit({k: changes.pop(k) for k in list(changes) if k in RECIPE_FIELDS})
         recipe = dataclasses.replace(self.recipe, **recipe_changes) if recipe_changes else self.recipe
         return dataclasses.replace(self, recipe=changes.pop("recipe", recipe), **changes)
 

@@ -48,18 +48,20 @@ class Report:
     """The chief's progress bar (with its opening line), TensorBoard scalars
     and evaluation lines; silent on other workers and with progress off."""
 
-    def __init__(self, config, chief, step, model, source, strategy, pipeline):
+    def __init__(self, plan, chief, step, model, source, strategy):
         from tqdm.auto import tqdm
 
+        config = plan.config
         enabled = chief and config.progress
         if enabled:
             params = sum(int(np.prod(v.shape)) for v in model.trainable_variables)
-            print(f"keras-vit train: {model.name} ({params:,} parameters) at {pipeline.image_size}, "
-                  f"recipe {config.recipe.name}, {source.name} ({source.num_classes} classes, "
-                  f"{source.sizes}), {type(strategy).__name__} x{strategy.num_replicas_in_sync}, "
-                  f"batch {config.recipe.batch_size} (accum {config.accum_steps}), {config.precision}"
+            print(f"keras-vit train: {model.name} ({params:,} parameters) at {plan.image_size}, "
+                  f"recipe {plan.recipe.name}, {source.name} ({plan.num_classes} classes, "
+                  f"{source.sizes}), {type(strategy).__name__} x{plan.num_replicas}, "
+                  f"batch {plan.global_batch} (accum {plan.accum_steps}), {plan.precision}"
                   + (f", resuming at step {step}" if step else ""), flush=True)
-        self.bar = tqdm(total=config.recipe.steps, initial=step, disable=not enabled, unit="step",
+            print(f"keras-vit train: plan: {describe(plan)}", flush=True)
+        self.bar = tqdm(total=plan.steps, initial=step, disable=not enabled, unit="step",
                         dynamic_ncols=True, mininterval=1.0)
         self.writer = tf.summary.create_file_writer(runs.tensorboard_dir(config.workdir)) if chief else None
 
@@ -93,10 +95,25 @@ class Report:
                 tf.summary.write(tag, tf.constant(float(value), tf.float32), metadata=_SCALAR_METADATA)
 
 
-def few_shot(feature_model, source, pipeline, config, batch_size) -> dict:
+def describe(plan) -> str:
+    """One line of what the plan resolved to: steps, warmup, learning rate, augmentation."""
+    ops = [op["op"] + (f"({op['num_ops']},{op['magnitude']})" if op["op"] == "randaugment" else "")
+           + (f"({op['probability']:g})" if op["op"] == "random_erasing" else "")
+           for op in plan.augmentation if op["op"] != "to_model_range"]
+    if plan.mixing:
+        kinds = [f"{k} {plan.mixing[k]:g}" for k in ("mixup", "cutmix") if plan.mixing[k]]
+        ops.append("mix(" + ", ".join(kinds) + ")")
+    epochs = f" ({plan.steps / plan.steps_per_epoch:.3g} epochs)" if plan.steps_per_epoch else ""
+    level = f", aug level {plan.recipe.aug_level}" if plan.recipe.aug_level else ""
+    return (f"{plan.steps} steps{epochs}, warmup {plan.warmup_steps}, peak lr {plan.recipe.peak_learning_rate:.3g}, "
+            f"batch {plan.per_replica_batch}/replica (micro {plan.micro_batch}), {' > '.join(ops)}{level}")
+
+
+def few_shot(feature_model, source, plan, batch_size) -> dict:
     """The few-shot linear evaluation of a feature model: {"Nshot": accuracy}."""
-    pool = data_lib.plain_dataset(source, pipeline, source.train_split, batch_size, limit=config.fewshot_pool)
-    test = data_lib.plain_dataset(source, pipeline, source.eval_split, batch_size, limit=None)
+    config = plan.config
+    pool = data_lib.plain_dataset(source, plan, source.train_split, batch_size, limit=config.fewshot_pool)
+    test = data_lib.plain_dataset(source, plan, source.eval_split, batch_size, limit=None)
     train_x, train_y = extract_features(feature_model, pool)
     test_x, test_y = extract_features(feature_model, test)
     return {f"{k}shot": acc for k, acc in few_shot_linear_eval(

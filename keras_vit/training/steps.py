@@ -35,9 +35,8 @@ SUM = tf.distribute.ReduceOp.SUM
 def resolve_jit_compile(config, strategy) -> bool:
     """Whether the per-replica step is XLA-compiled: config.jit_compile when
     given; by default XLA, except mixed_bfloat16 on a CPU-only machine, where
-    TensorFlow's oneDNN kernels without XLA measured 1.9x faster (the same
-    run's bfloat16 matmul probe: 377 GFLOP/s with oneDNN, 165 under XLA;
-    benchmarks/results_training.md). TPUStrategy compiles anyway."""
+    TensorFlow's oneDNN kernels without XLA measured faster
+    (benchmarks/results_training.md). TPUStrategy compiles anyway."""
     if isinstance(strategy, tf.distribute.TPUStrategy):
         return False
     if config.jit_compile is not None:
@@ -80,14 +79,15 @@ def current_learning_rate(optimizer):
 class CompiledSteps:
     """The compiled train loop and eval loop of one model/optimizer/strategy."""
 
-    def __init__(self, strategy, model, optimizer, task, config, jit_compile: bool):
+    def __init__(self, strategy, model, optimizer, task, plan):
         self.strategy = strategy
         self.model = model
         self.optimizer = optimizer
         self.task = task
-        self.global_batch = config.recipe.batch_size
-        self.accum_steps = config.accum_steps
-        self.clip_norm = config.recipe.grad_clip_norm
+        self.global_batch = plan.global_batch
+        self.accum_steps = plan.accum_steps
+        self.clip_norm = plan.recipe.grad_clip_norm
+        jit_compile = plan.jit_compile
         self.loss_scaling = isinstance(optimizer, keras.optimizers.LossScaleOptimizer)
         self.columns: List[str] = []  # the names of run_loop's columns, known once traced
         _reduce_once(optimizer)
@@ -104,6 +104,7 @@ class CompiledSteps:
         self.run_loop = tf.function(self._run_loop, autograph=False)
         self.eval_loop = tf.function(self._eval_loop, autograph=False)
         self.agree_to_stop = tf.function(self._agree_to_stop, autograph=False)
+        self.step_sums = tf.function(self._step_sums, autograph=False)
 
     # --- one replica's step -------------------------------------------------------------
 
@@ -211,3 +212,10 @@ class CompiledSteps:
         workers stop at the same loop boundary when any of them was signalled."""
         flags = self.strategy.run(lambda: tf.identity(flag))
         return self.strategy.reduce(SUM, flags, axis=None)
+
+    def _step_sums(self, step):
+        """(sum, sum of squares) of `step` (float64) over every replica of every
+        worker: all workers hold the same step exactly when n x the second
+        equals the first squared."""
+        values = self.strategy.run(lambda: tf.stack([step, step * step]))
+        return self.strategy.reduce(SUM, values, axis=None)

@@ -29,6 +29,7 @@ from keras_vit.errors import CannotContinue, UserError
 from keras_vit.model import fuse_gelu, rematerialize_blocks
 from keras_vit.training import data as data_lib
 from keras_vit.training import memory as memory_lib
+from keras_vit.training import plan as plan_lib
 from keras_vit.training import reporting
 from keras_vit.training.checkpointing import CheckpointManager
 from keras_vit.training.config import RECIPES, TrainConfig
@@ -93,6 +94,7 @@ class Trainer:
 
     def __init__(self, config: TrainConfig, task: Optional[Task] = None, callbacks: Iterable = (), dataset=None):
         self.config = config
+        self.requested = config  # as given; self.config becomes the plan's (resolved) config in build()
         self.recipe = config.recipe
         self.task = task
         self.callbacks = list(callbacks)
@@ -117,7 +119,7 @@ class Trainer:
         return self.finish()
 
     def build(self) -> None:
-        """Strategy, data, model, optimizer, compiled steps, checkpoint manager."""
+        """Strategy, data, the run's plan, model, optimizer, compiled steps, checkpoint manager."""
         config = self.config
         # MultiWorkerMirroredStrategy wants to exist before other TF work.
         self.strategy = make_strategy(config.strategy, config.tpu)
@@ -125,39 +127,27 @@ class Trainer:
             tf.config.experimental.enable_op_determinism()
         keras.utils.set_random_seed(config.seed)
         self.chief = is_chief(self.strategy)
-        replicas = self.strategy.num_replicas_in_sync
-        if self.recipe.batch_size % (replicas * config.accum_steps):
-            raise UserError(f"batch_size {self.recipe.batch_size} must be divisible by replicas ({replicas}) x "
-                            f"accum_steps ({config.accum_steps}).")
         self.initial = resolve_weights(config.weights)
         self.model_config = resolve_model_config(config, self.initial)
-        self.source = data_lib.open_source(config, self.dataset, shard=self._input_shard())
-        if self.recipe.epochs:
-            config = self._steps_from_epochs()
+        shard = self._input_shard()
+        self.source = data_lib.open_source(config, self.dataset, shard=shard)
         self.task = self.task or make_task(config)
-        channels = self.initial.num_channels if self.initial else self.source.num_channels
-        self.pipeline = data_lib.Pipeline(_image_size(config, self.source), channels)
+        self.plan = plan_lib.resolve(
+            config, self.source, self.model_config, num_replicas=self.strategy.num_replicas_in_sync,
+            num_input_pipelines=shard[1], num_channels=self.initial.num_channels if self.initial else None,
+            jit_compile=resolve_jit_compile(config, self.strategy), task=self.task.name)
+        # From here on the run reads the plan: its config holds the resolved recipe.
+        self.config, self.recipe = self.plan.config, self.plan.recipe
         if self.initial is not None and self.initial.num_channels != self.source.num_channels:
             # Not an error (images are converted), but what ran must be visible.
             print(f"keras-vit train: the images have {self.source.num_channels} channel(s); the pre-trained "
                   f"weights take {self.initial.num_channels}: images are converted.", flush=True)
-        self.jit_compile = resolve_jit_compile(config, self.strategy)
-        self._check_sizes()
+        self.jit_compile = self.plan.jit_compile
+        self._check_memory()
         self._build_model()
-        self.steps = CompiledSteps(self.strategy, self.model, self.optimizer, self.task, config, self.jit_compile)
+        self.steps = CompiledSteps(self.strategy, self.model, self.optimizer, self.task, self.plan)
         self.manager = CheckpointManager(config.workdir, self._fingerprint(), write=self.chief,
                                          keep=config.keep_checkpoints)
-
-    def _steps_from_epochs(self) -> TrainConfig:
-        """recipe.epochs -> recipe.steps, now that the training split's size is known."""
-        size = self.source.sizes.get(self.source.train_split)
-        if not size:
-            raise UserError(f"{self.source.name}: the size of the training split is unknown, so --epochs cannot "
-                            f"be turned into steps; give --steps instead.")
-        steps = max(1, math.ceil(self.recipe.epochs * size / self.recipe.batch_size))
-        self.config = self.config.replace(steps=steps)
-        self.recipe = self.config.recipe
-        return self.config
 
     def _input_shard(self):
         """(index, count) of this process among the input pipelines (one per
@@ -171,18 +161,13 @@ class Trainer:
             return 0, chiefs + len(cluster.get("worker", []))
         return chiefs + int(resolver.task_id), chiefs + len(cluster.get("worker", []))
 
-    def _check_sizes(self) -> None:
-        """Before building: a batch larger than the data warns; a step far
-        beyond this machine's memory (CPU-only: accelerators report theirs
-        only once used) is refused with the ways out."""
-        train_size = self.source.sizes.get(self.source.train_split)
-        if train_size and self.recipe.batch_size > train_size:
-            data_lib.warn(f"--batch-size {self.recipe.batch_size} is larger than the training set ({train_size} "
-                          f"images): every step repeats images. A batch of {_power_of_two_below(train_size)} or "
-                          f"fewer fits the data.")
+    def _check_memory(self) -> None:
+        """Before building: a step far beyond this machine's memory (CPU-only:
+        accelerators report theirs only once used) is refused with the ways out."""
+        plan = self.plan
         self.memory = memory_lib.estimate(
-            self.model_config, self.pipeline.image_size, self.source.num_classes, self.pipeline.num_channels,
-            self._micro_batch_per_replica(), self.recipe.optimizer, self.config.precision, self.config.remat)
+            self.model_config, plan.image_size, plan.num_classes, plan.num_channels, plan.micro_batch,
+            self.recipe.optimizer, plan.precision, plan.remat)
         available = memory_lib.machine_memory()
         if tf.config.list_logical_devices("GPU") or tf.config.list_logical_devices("TPU") or not available:
             return
@@ -194,11 +179,11 @@ class Trainer:
                             f"{memory_lib.ways_out(self._micro_batch_per_replica())}.")
 
     def _micro_batch_per_replica(self) -> int:
-        return max(1, self.recipe.batch_size // self.config.accum_steps // self.strategy.num_replicas_in_sync)
+        return self.plan.micro_batch
 
     def _what_runs(self) -> str:
         name = self.config.model if isinstance(self.config.model, str) else "the model"
-        size = "x".join(str(s) for s in self.pipeline.image_size)
+        size = "x".join(str(s) for s in self.plan.image_size)
         return (f"a training step of {name} at {size} px, {self._micro_batch_per_replica()} images per replica "
                 f"at a time ({self.strategy.num_replicas_in_sync} replica(s)), {self.config.precision}")
 
@@ -207,12 +192,12 @@ class Trainer:
         keras.config.set_dtype_policy(self.config.precision)
         try:
             with self.strategy.scope():
-                self.model = self.task.build_model(self.model_config, self.pipeline.image_size,
-                                                   self.source.num_classes, self.pipeline.num_channels)
+                self.model = self.task.build_model(self.model_config, self.plan.image_size,
+                                                   self.plan.num_classes, self.plan.num_channels)
                 self.rematerialized_blocks = rematerialize_blocks(self.model) if self.config.remat else 0
                 # XLA fuses the GELU by itself; TensorFlow's op-by-op executor gets one kernel each way.
                 self.fused_gelu = not self.jit_compile and fuse_gelu(self.model) > 0
-                self.optimizer = make_optimizer(self.recipe, self.config.precision, self.model.trainable_variables,
+                self.optimizer = make_optimizer(self.recipe, self.plan.precision, self.model.trainable_variables,
                                                 get_variant(self.model_config).num_layers)
                 self.optimizer.build(self.model.trainable_variables)
         finally:
@@ -220,11 +205,11 @@ class Trainer:
 
     def _fingerprint(self) -> dict:
         return {
-            "task": self.task.name, "model": self.model_config.to_dict(),
-            "image_size": list(self.pipeline.image_size), "num_classes": self.source.num_classes,
-            "num_channels": self.pipeline.num_channels,
+            "task": self.plan.task, "model": self.model_config.to_dict(),
+            "image_size": list(self.plan.image_size), "num_classes": self.plan.num_classes,
+            "num_channels": self.plan.num_channels,
             "optimizer": type(getattr(self.optimizer, "inner_optimizer", self.optimizer)).__name__,
-            "precision": self.config.precision,
+            "precision": self.plan.precision,
         }
 
     def restore(self) -> bool:
@@ -237,7 +222,21 @@ class Trainer:
                 apply_weights(self.model, self.initial)
         else:
             self.step, self.examples_seen = restored
+        self._check_same_step()
         return self.step >= self.recipe.steps and runs.is_finished(self.config.workdir, self.recipe.steps)
+
+    def _check_same_step(self) -> None:
+        """Every worker must resume at the same step: one that read another
+        checkpoint (a workdir not shared, a copy behind) would train another run."""
+        if not isinstance(self.strategy, tf.distribute.MultiWorkerMirroredStrategy):
+            return
+        total, squares = (float(v) for v in self.steps.step_sums(tf.constant(float(self.step), tf.float64)))
+        replicas = self.strategy.num_replicas_in_sync
+        if replicas * squares != total * total:
+            raise CannotContinue(
+                f"The workers restored different steps (this one {self.step}, the mean {total / replicas:g}): they do "
+                f"not see the same checkpoints in {self.manager.directory}. Give every worker the same --workdir on "
+                f"storage they all read (a shared filesystem, gs://), then re-run the same command.")
 
     def already_finished(self) -> dict:
         """The results of a run that already reached its steps, left as they are
@@ -255,8 +254,8 @@ class Trainer:
         dataset's size resolved), so that config.json and results.json say it."""
         return {
             "model": self.model_config.to_dict(), "classifier": self.model_config.classifier,
-            "image_size": list(self.pipeline.image_size), "num_classes": self.source.num_classes,
-            "num_channels": self.pipeline.num_channels,
+            "image_size": list(self.plan.image_size), "num_classes": self.plan.num_classes,
+            "num_channels": self.plan.num_channels,
             "strategy": resolve_name(self.config.strategy, self.config.tpu),
             "num_replicas": self.strategy.num_replicas_in_sync, "jit_compile": self.jit_compile,
             "steps_per_loop": self.steps_per_loop, "rematerialized_blocks": self.rematerialized_blocks,
@@ -275,7 +274,7 @@ class Trainer:
         self.session_start_step = self.step
         self.segments_before = runs.segments(config.workdir)
         self.segment = {"start_step": self.step, "started": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
-        settings = {**config.to_dict(), "resolved": self.resolved()}
+        settings = {**self.requested.to_dict(), "resolved": self.resolved(), "plan": self.plan.to_dict()}
         if self.resumed:
             previous_settings = runs.read_config(config.workdir)
             if previous_settings:
@@ -290,20 +289,20 @@ class Trainer:
             runs.write_labels(config.workdir, self.source.class_names, self.source.num_classes)
             self._write_status("running")
         if self.chief:
+            for warning in self.plan.warnings:
+                data_lib.warn(warning)
             data_lib.check_stream_mixing(self.source, config)
         self._open_inputs()
-        self.report = reporting.Report(config, self.chief, self.step, self.model, self.source, self.strategy,
-                                       self.pipeline)
+        self.report = reporting.Report(self.plan, self.chief, self.step, self.model, self.source, self.strategy)
 
     def _open_inputs(self) -> None:
-        replicas = self.strategy.num_replicas_in_sync
         train = self.strategy.distribute_datasets_from_function(
-            lambda ctx: data_lib.train_dataset(self.source, self.pipeline, self.config, ctx, self.examples_seen))
+            lambda ctx: data_lib.train_dataset(self.source, self.plan, ctx, self.examples_seen))
         self.train_iterator = iter(train)
-        self.eval_batch = _eval_batch_size(self.config, replicas)
+        self.eval_batch = self.plan.eval_batch
         self.eval_steps = data_lib.eval_steps(self.source, self.eval_batch)
         self.eval_inputs = self.strategy.distribute_datasets_from_function(
-            lambda ctx: data_lib.eval_dataset(self.source, self.pipeline, self.eval_batch, self.eval_steps, ctx))
+            lambda ctx: data_lib.eval_dataset(self.source, self.plan, self.eval_steps, ctx))
 
     # --- training -----------------------------------------------------------------------
 
@@ -378,7 +377,10 @@ class Trainer:
     def _step_logs(self, row) -> dict:
         figures = dict(zip(self.steps.columns, (float(v) for v in row)))
         batch = self.recipe.batch_size
-        logs = {k: v / batch for k, v in figures.items() if k not in ("count", "grad_norm", "lr")}
+        # Averages over the examples that count (weight > 0), as evaluation's:
+        # the gradient alone is divided by the nominal batch (one all-reduce a step).
+        count = max(figures["count"], 1e-9)
+        logs = {k: v / count for k, v in figures.items() if k not in ("count", "grad_norm", "lr")}
         logs.update(lr=figures["lr"], grad_norm=figures["grad_norm"])
         if figures["count"] < batch:  # examples of unreadable files carry no weight
             logs["skipped_examples"] = batch - figures["count"]
@@ -422,7 +424,10 @@ class Trainer:
         """Loss and metrics over the whole evaluation split (every worker its shard, summed)."""
         # With recipe.ema the moving average is what is evaluated (and exported).
         with averaged_weights(self.model, self.optimizer):
-            totals = self._on_device(self.steps.eval_loop, iter(self.eval_inputs), tf.constant(self.eval_steps))
+            return self._evaluate_as_is()
+
+    def _evaluate_as_is(self) -> dict:
+        totals = self._on_device(self.steps.eval_loop, iter(self.eval_inputs), tf.constant(self.eval_steps))
         totals = {k: float(v) for k, v in totals.items()}
         count = totals.pop("count")
         return {"num_examples": int(count), **{k: v / count for k, v in totals.items()}}
@@ -430,8 +435,13 @@ class Trainer:
     # --- the end ------------------------------------------------------------------------
 
     def finish(self) -> dict:
-        """Final evaluation; the chief writes model.keras, few-shot figures and results.json."""
-        final = self.evaluate()
+        """Final evaluation; the chief writes model.keras, few-shot figures and results.json,
+        all of the weights' moving average where there is one (swapped in once, here)."""
+        with averaged_weights(self.model, self.optimizer):
+            return self._finish()
+
+    def _finish(self) -> dict:
+        final = self._evaluate_as_is()
         self.report.eval(self.step, final)
         self.report.close()
         results = {
@@ -444,7 +454,8 @@ class Trainer:
             "dataset": {"name": self.source.name, "num_classes": self.source.num_classes,
                         "sizes": self.source.sizes},
             "data_problems": data_lib.problems_seen(),
-            "config": self.config.to_dict(), "resolved": self.resolved(), "status": "finished",
+            "config": self.requested.to_dict(), "resolved": self.resolved(), "plan": self.plan.to_dict(),
+            "status": "finished",
         }
         if self.chief:
             self._write_model_and_results(results, final)
@@ -453,8 +464,7 @@ class Trainer:
         return results
 
     def _write_model_and_results(self, results, final) -> None:
-        with averaged_weights(self.model, self.optimizer):
-            exported = self.task.export_model(self.model)
+        exported = self.task.export_model(self.model)
         if self.config.fewshot_shots:
             results.update(self._few_shot(exported))
         results["model_path"] = runs.save_model(self.config.workdir, exported)
@@ -467,7 +477,7 @@ class Trainer:
     def _few_shot(self, exported) -> dict:
         out = {}
         feature_model = self.task.feature_model(exported)
-        args = (self.source, self.pipeline, self.config, self.eval_batch)
+        args = (self.source, self.plan, self.eval_batch)
         if feature_model is not None:
             out["fewshot"] = reporting.few_shot(feature_model, *args)
         baseline = self.task.baseline_feature_model(exported)
@@ -534,22 +544,6 @@ def _base_model_config(config, initial):
         raise UserError(f"--model {config.model} does not match the architecture of the weights "
                         f"({initial.description}): leave --model out to take the weights' own.")
     return source
-
-
-def _image_size(config, source):
-    size = config.recipe.image_size or source.image_size
-    if size is None:
-        raise UserError(f"{source.name} has images of varying size: set --image-size.")
-    return (size, size) if isinstance(size, int) else tuple(size)
-
-
-def _eval_batch_size(config, replicas):
-    batch = config.eval_batch_size or config.micro_batch_size
-    return max(replicas, batch // replicas * replicas)
-
-
-def _power_of_two_below(n):
-    return 1 << max(0, (int(n).bit_length() - 1))
 
 
 def _next_multiple(step, every):

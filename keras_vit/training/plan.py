@@ -1,0 +1,204 @@
+"""A run's plan: everything derived from the config, the data and the strategy, resolved once.
+
+    plan = resolve(config, source, model_config, num_replicas=2)
+
+The data pipeline, the compiled steps, the optimizer, the progress report and
+the checkpoint fingerprint read the plan and nothing else, so two places can
+no longer disagree about a batch size, a step count or an augmentation. The
+plan is written into the run folder's config.json ("plan"): what actually
+trained, beside what was asked for.
+
+What is resolved here:
+  * batches: global, per replica, micro (per replica and accumulation step)
+    and evaluation, with every divisibility check;
+  * length: steps (from --epochs and the training split's size when the
+    recipe counts epochs) and the warmup (from warmup_epochs the same way);
+    a warning when the warmup takes more than half of the run;
+  * the augmentation level (AugReg's "by_size" from the model) and the
+    training augmentation as an ordered list of ops (crop, flip, RandAugment,
+    erasing, then mixing), which keras_vit.training.augment applies;
+  * the model config, image size, channels, classes, XLA and precision.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Optional, Tuple
+
+from keras_vit.config import ViTConfig
+from keras_vit.errors import UserError
+from keras_vit.training.config import TrainConfig, with_aug_level
+
+# train_augment -> its geometric ops, in order (every image ends at the plan's size).
+GEOMETRY = {
+    "inception_crop_flip": ("inception_crop", "flip"),
+    "inception_crop": ("inception_crop",),
+    "flip": ("resize", "flip"),
+    "affine": ("resize", "affine"),
+    "translate": ("resize", "translate"),
+    "none": ("resize",),
+}
+WARMUP_WARN_FRACTION = 0.5  # a warmup longer than this fraction of the run is named in a warning
+
+
+@dataclasses.dataclass(frozen=True)
+class Plan:
+    """One run, resolved (see the module docstring). `config` is the run's
+    TrainConfig with its recipe resolved: steps and warmup in steps, the
+    augmentation level's RandAugment and Mixup filled in."""
+
+    config: TrainConfig
+    task: str
+    model: ViTConfig
+    image_size: Tuple[int, int]
+    num_channels: int
+    num_classes: int
+    num_replicas: int
+    num_input_pipelines: int
+    global_batch: int
+    per_replica_batch: int
+    micro_batch: int  # per replica and accumulation step
+    accum_steps: int
+    eval_batch: int  # global
+    steps: int
+    warmup_steps: int
+    train_size: Optional[int]
+    augmentation: Tuple[dict, ...]  # per-example ops, in order
+    mixing: Optional[dict]  # Mixup/CutMix of pairs of the stream, after the per-example ops
+    jit_compile: bool
+    precision: str
+    remat: bool
+    warnings: Tuple[str, ...] = ()
+
+    @property
+    def recipe(self):
+        return self.config.recipe
+
+    @property
+    def steps_per_epoch(self) -> Optional[float]:
+        return self.train_size / self.global_batch if self.train_size else None
+
+    def to_dict(self) -> dict:
+        """JSON-ready: config.json's "plan"."""
+        out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "config"}
+        out["model"] = self.model.to_dict()
+        out["image_size"] = list(self.image_size)
+        out["augmentation"] = [dict(op) for op in self.augmentation] + ([{"op": "mix", **self.mixing}]
+                                                                        if self.mixing else [])
+        out.pop("mixing")
+        out["warnings"] = list(self.warnings)
+        out["recipe"] = {k: (list(v) if isinstance(v, tuple) else v)
+                         for k, v in dataclasses.asdict(self.recipe).items()}
+        out["peak_learning_rate"] = self.recipe.peak_learning_rate
+        return out
+
+
+def resolve(config: TrainConfig, source, model_config: ViTConfig, num_replicas: int = 1,
+            num_input_pipelines: int = 1, num_channels: Optional[int] = None, jit_compile: bool = False,
+            task: str = "classification") -> Plan:
+    """The plan of `config` on `source` (a keras_vit.training.sources.Source)
+    for a model of `model_config` over `num_replicas` replicas.
+    `num_channels`: what the model takes (pre-trained weights fix it), default
+    the data's. Raises UserError, one line naming the fix, on a bad combination."""
+    recipe = with_aug_level(config.recipe, model_config)
+    train_size = source.sizes.get(source.train_split)
+    global_batch = recipe.batch_size
+    _check_batch(global_batch, num_replicas, config.accum_steps)
+    steps = _steps(recipe, train_size, source.name)
+    warmup_steps = _warmup_steps(recipe, train_size, source.name)
+    recipe = dataclasses.replace(recipe, steps=steps, warmup_steps=warmup_steps, warmup_epochs=recipe.warmup_epochs)
+    image_size = _image_size(recipe, source)
+    _check_patch_grid(image_size, model_config)
+    per_replica = global_batch // num_replicas
+    micro = per_replica // config.accum_steps
+    warnings = _warnings(recipe, train_size)
+    return Plan(
+        config=dataclasses.replace(config, recipe=recipe), task=task, model=model_config, image_size=image_size,
+        num_channels=int(num_channels or source.num_channels), num_classes=int(source.num_classes),
+        num_replicas=num_replicas, num_input_pipelines=num_input_pipelines, global_batch=global_batch,
+        per_replica_batch=per_replica, micro_batch=micro, accum_steps=config.accum_steps,
+        eval_batch=_eval_batch(config.eval_batch_size or global_batch // config.accum_steps, num_replicas),
+        steps=steps, warmup_steps=warmup_steps, train_size=train_size, augmentation=augmentation_ops(recipe),
+        mixing=mixing(recipe), jit_compile=bool(jit_compile), precision=config.precision, remat=config.remat,
+        warnings=tuple(warnings))
+
+
+def augmentation_ops(recipe) -> Tuple[dict, ...]:
+    """The per-example training ops of a resolved recipe, in the order they run."""
+    ops = [{"op": name} for name in GEOMETRY[recipe.train_augment]]
+    if recipe.randaugment and recipe.randaugment[0]:
+        ops.append({"op": "randaugment", "num_ops": recipe.randaugment[0], "magnitude": recipe.randaugment[1]})
+    ops.append({"op": "to_model_range"})
+    if recipe.random_erasing:
+        ops.append({"op": "random_erasing", "probability": recipe.random_erasing})
+    return tuple(ops)
+
+
+def mixing(recipe) -> Optional[dict]:
+    """Mixup/CutMix settings, or None: pairs (j, j + K) in groups of 2K
+    consecutive examples of the stream, K the repeated-augmentation count."""
+    if not recipe.mixes:
+        return None
+    return {"mixup": float(recipe.mixup or 0.0), "cutmix": float(recipe.cutmix), "prob": recipe.mix_prob,
+            "switch_prob": recipe.mix_switch_prob, "partner_offset": recipe.repeated_augmentation}
+
+
+# --- the checks and conversions -----------------------------------------------------------
+
+def _check_batch(batch, replicas, accum):
+    if batch % (replicas * accum):
+        multiple = replicas * accum
+        nearest = max(multiple, batch // multiple * multiple)
+        raise UserError(f"--batch-size {batch} must be a multiple of replicas ({replicas}) x --accum-steps "
+                        f"({accum}) = {multiple}: use --batch-size {nearest}.")
+
+
+def _steps(recipe, train_size, name) -> int:
+    if not recipe.epochs:
+        return recipe.steps
+    if not train_size:
+        raise UserError(f"{name}: the size of the training split is unknown, so --epochs {recipe.epochs:g} (the "
+                        f"{recipe.name} recipe counts epochs) cannot be turned into steps: give --steps.")
+    return max(1, math.ceil(recipe.epochs * train_size / recipe.batch_size))
+
+
+def _warmup_steps(recipe, train_size, name) -> int:
+    if recipe.warmup_epochs is None:
+        return recipe.warmup_steps
+    if not train_size:
+        raise UserError(f"{name}: the size of the training split is unknown, so the warmup of "
+                        f"{recipe.warmup_epochs:g} epochs cannot be turned into steps: give --warmup-steps.")
+    return int(round(recipe.warmup_epochs * train_size / recipe.batch_size))
+
+
+def _warnings(recipe, train_size):
+    out = []
+    if recipe.warmup_steps > WARMUP_WARN_FRACTION * recipe.steps:
+        out.append(f"the warmup ({recipe.warmup_steps} steps) takes more than half of the run ({recipe.steps} "
+                   f"steps): the learning rate reaches its peak late or never; give --warmup-steps "
+                   f"(e.g. {recipe.steps // 10}) or more --steps.")
+    if train_size and recipe.batch_size > train_size:
+        fits = 1 << max(0, int(train_size).bit_length() - 1)
+        out.append(f"--batch-size {recipe.batch_size} is larger than the training set ({train_size} images): "
+                   f"every step repeats images. A batch of {fits} or fewer fits the data.")
+    return out
+
+
+def _image_size(recipe, source) -> Tuple[int, int]:
+    size = recipe.image_size or source.image_size
+    if size is None:
+        raise UserError(f"{source.name} has images of varying size: set --image-size (e.g. --image-size 224).")
+    return (size, size) if isinstance(size, int) else tuple(int(s) for s in size)
+
+
+def _check_patch_grid(image_size, model_config):
+    stride = model_config.total_stride
+    if any(side % stride for side in image_size):
+        fitting = ",".join(str(max(stride, side // stride * stride)) for side in image_size)
+        raise UserError(f"--image-size {','.join(map(str, image_size))} is not a multiple of the model's patch "
+                        f"({stride} px): use --image-size {fitting}.")
+
+
+def _eval_batch(batch, replicas):
+    return max(replicas, batch // replicas * replicas)

@@ -1,0 +1,102 @@
+"""The run's plan (#29): batches, steps and warmups resolved once, its checks
+one line each, and what it resolved written into the run folder."""
+
+import json
+
+import numpy as np
+import pytest
+
+from keras_vit.errors import UserError
+from keras_vit.training import RECIPES, TrainConfig, train
+from keras_vit.training import data as data_lib
+from keras_vit.training import plan as plan_lib
+from keras_vit.variants import get_variant
+from tests.training_helpers import TINY, tiny_config
+
+
+def _plan(recipe="deit", num_replicas=1, **overrides):
+    settings = {"model": "Mu/4", "dataset": "mnist5k", "image_size": 28, "patch_size": 7, **overrides}
+    config = TrainConfig.create(recipe, **settings)
+    source = data_lib.open_source(config)
+    return plan_lib.resolve(config, source, get_variant("Mu/4").replace(patch_size=7), num_replicas=num_replicas)
+
+
+def test_warmups_in_epochs_become_steps_of_the_users_data():
+    """DeiT: 5 epochs of the 4,000 digits at batch 100 = 200 steps of a 300-epoch run (12,000)."""
+    plan = _plan(batch_size=100)
+    assert (plan.steps, plan.warmup_steps, plan.train_size) == (12_000, 200, 4000)
+    assert plan.recipe.peak_learning_rate == pytest.approx(5e-4 * 100 / 512)
+    # --epochs 10: the warmup stays 5 epochs, half the run: no warning at exactly half.
+    short = _plan(batch_size=100, epochs=10)
+    assert (short.steps, short.warmup_steps, short.warnings) == (400, 200, ())
+    # AugReg's 10k steps of 4,096 at ImageNet size: about 32 epochs, in steps of this batch.
+    augreg = _plan("augreg", batch_size=100)
+    assert augreg.warmup_steps == round(10_000 * 4096 / 1_281_167 * 4000 / 100)
+
+
+def test_a_warmup_longer_than_half_the_run_is_named_with_the_fix():
+    plan = _plan(batch_size=100, steps=20)  # --steps on an epoch-counted recipe: the warmup is still 5 epochs
+    assert plan.warmup_steps == 200
+    assert len(plan.warnings) == 1 and "warmup (200 steps) takes more than half of the run (20 steps)" in \
+        plan.warnings[0] and "--warmup-steps" in plan.warnings[0]
+    assert _plan(batch_size=100, steps=20, warmup_steps=2).warnings == ()
+
+
+def test_an_epoch_counted_recipe_reaches_its_peak_in_a_short_run(tmp_path):
+    """--recipe deit --steps 20 on a small dataset: the learning rate climbs to
+    its peak and decays (it stayed near 0 when the warmup was 6,255 steps)."""
+    lrs = []
+    config = tiny_config(tmp_path, recipe="deit", steps=20, batch_size=50, image_size=28, train_augment="flip")
+    config = config.replace(warmup_epochs=0.1)  # 0.1 x 4,000 / 50 = 8 steps
+    train(config, callbacks=[lambda step, logs: lrs.append(logs["lr"])])
+    peak = 1e-3 * 50 / 512  # tiny_config: --learning-rate 1e-3, scaled by batch / 512 (DeiT)
+    assert max(lrs) == pytest.approx(peak, rel=0.05) and 6 <= np.argmax(lrs) <= 8
+    assert lrs[-1] < 0.05 * peak
+    written = json.loads((tmp_path / "config.json").read_text())
+    assert written["plan"]["warmup_steps"] == 8 and written["recipe"]["warmup_epochs"] == 0.1
+
+
+def test_any_batch_works_on_any_replica_count_and_bad_splits_name_the_fix():
+    for replicas in (1, 2, 8):
+        plan = _plan(batch_size=1024, num_replicas=replicas)
+        assert (plan.per_replica_batch, plan.micro_batch) == (1024 // replicas, 1024 // replicas)
+    with pytest.raises(UserError, match=r"--batch-size 100 must be a multiple of .* use --batch-size 96"):
+        _plan(batch_size=100, num_replicas=8)
+    with pytest.raises(UserError, match=r"accum-steps"):
+        _plan(batch_size=100, num_replicas=2, accum_steps=3)
+
+
+def test_the_checks_of_image_size_and_unknown_sizes_are_one_line_each():
+    with pytest.raises(UserError, match=r"--image-size 30,30 is not a multiple of the model's patch \(7 px\): use "
+                                        r"--image-size 28,28"):
+        _plan(image_size=30)
+
+    class Unknown:
+        name, train_split, sizes, num_channels, num_classes, image_size = "tfrecord:x", "train", {"train": None}, 3, 2, None
+
+    config = TrainConfig.create("deit", model=TINY, image_size=28)
+    with pytest.raises(UserError, match="cannot be turned into steps: give --steps"):
+        plan_lib.resolve(config, Unknown(), TINY)
+    with pytest.raises(UserError, match="warmup of 5 epochs cannot be turned into steps: give --warmup-steps"):
+        plan_lib.resolve(config.replace(steps=10), Unknown(), TINY)
+
+
+def test_the_plan_orders_every_recipes_augmentation():
+    expected = {
+        "finetune": ["inception_crop", "flip", "to_model_range"],
+        "scratch": ["resize", "affine", "to_model_range"],
+        "deit": ["inception_crop", "flip", "randaugment", "to_model_range", "random_erasing"],
+        "plain_baseline": ["inception_crop", "flip", "randaugment", "to_model_range"],
+    }
+    for name, ops in expected.items():
+        plan = _plan(name)
+        assert [op["op"] for op in plan.augmentation] == ops, name
+    assert _plan("deit").mixing == {"mixup": 0.8, "cutmix": 1.0, "prob": 1.0, "switch_prob": 0.5,
+                                    "partner_offset": 3}
+    assert _plan("finetune").mixing is None
+    # Mu/4 is width 128: AugReg's light1 (RandAugment(2, 0), no Mixup).
+    augreg = _plan("augreg")
+    assert augreg.recipe.aug_level == "light1" and augreg.mixing is None
+    assert {"op": "randaugment", "num_ops": 2, "magnitude": 0} in augreg.augmentation
+    json.dumps(augreg.to_dict())  # config.json takes it as it is
+    assert set(RECIPES) >= set(expected)
