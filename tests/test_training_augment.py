@@ -157,3 +157,28 @@ def test_repeated_augmentation_repeats_each_example_k_times_differently_augmente
     assert all(ids[3 * j] == ids[3 * j + 1] == ids[3 * j + 2] for j in range(18))
     assert len(set(ids)) == 18
     assert all(not np.array_equal(pictures[3 * j], pictures[3 * j + 1]) for j in range(18))
+
+
+def test_an_unreadable_example_is_mixed_with_nothing():
+    """The blank stand-in of a file that failed to decode (weight 0) must not
+    lend its pixels or its label to its partner (#29)."""
+    images = tf.stack([tf.fill([8, 8, 1], 0.5), tf.zeros([8, 8, 1]), tf.fill([8, 8, 1], -0.5), tf.fill([8, 8, 1], 0.25)])
+    group = {"image": images, "label": tf.constant([0, 1, 2, 3]), "weight": tf.constant([1.0, 0.0, 1.0, 1.0])}
+    mixed = augment.mix_group(group, 2, 0.8, 0.0, 1.0, 0.5, tf.constant([3, 4], tf.int64))
+    # Pairs (0, 2) and (1, 3): example 3's partner is unreadable, so 3 (and 1) stay as they are.
+    np.testing.assert_array_equal(mixed["image"][3], images[3])
+    np.testing.assert_array_equal(mixed["mix_lambda"].numpy()[[1, 3]], [1.0, 1.0])
+    assert float(mixed["mix_lambda"][0]) < 1.0 and float(mixed["mix_lambda"][2]) < 1.0  # the readable pair mixes
+
+
+def test_the_inception_crop_antialiases_as_evaluation_does():
+    """A 1-pixel checkerboard shrunk by the crop: antialiased it is a flat grey
+    (as keras_vit.images.resize gives evaluation, predict and export);
+    sampled without antialiasing it would keep black and white pixels."""
+    board = tf.cast((tf.range(96)[:, None] + tf.range(96)[None, :]) % 2 * 255, tf.float32)[:, :, None]
+    for seed in range(5):
+        crop = augment.inception_crop(board, (8, 8), tf.constant([seed, 1], tf.int64))
+        assert crop.shape == (8, 8, 1)
+        assert float(tf.reduce_max(tf.abs(crop - 127.5))) < 5, seed
+    unaliased = tf.image.resize(board[:61, :61], (8, 8))  # what the crop did before: far from grey
+    assert float(tf.reduce_max(tf.abs(unaliased - 127.5))) > 90

@@ -144,3 +144,114 @@ def test_mixed_precision_trains_and_writes_a_float32_model(tmp_path, precision):
     assert meta["fingerprint"]["precision"] == precision
     if precision == "mixed_float16":  # the dynamic loss scale is checkpointed
         assert any("scale" in name for name, _, _ in meta["optimizer_variables"])
+
+
+def _rewrite_checkpoint(path, change):
+    with np.load(path) as data:
+        arrays = {k: data[k] for k in data.files}
+    meta = json.loads(str(arrays["meta"]))
+    change(meta, arrays)
+    arrays["meta"] = np.array(json.dumps(meta))
+    with open(path, "wb") as f:
+        np.savez(f, **arrays)
+
+
+def test_resume_matches_variables_by_name_and_refuses_other_names(tmp_path):
+    """q, k and v kernels share one shape: a checkpoint whose stored order
+    differs must still put each array where its name says (#29)."""
+    training.train(tiny_config(tmp_path, steps=2, checkpoint_every=2))
+    path = tmp_path / "checkpoints" / "ckpt-00000002.npz"
+    saved = checkpoint_arrays(path)
+    with np.load(path) as data:
+        entries = json.loads(str(data["meta"]))["model_variables"]
+    q = next(i for i, e in enumerate(entries) if e[0].endswith("query/kernel"))
+    k = next(i for i, e in enumerate(entries) if e[0].endswith("key/kernel"))
+    assert not np.array_equal(saved[f"model/{q:05d}"], saved[f"model/{k:05d}"])
+
+    def swap(meta, arrays):
+        rows = meta["model_variables"]
+        rows[q], rows[k] = rows[k], rows[q]
+        arrays[f"model/{q:05d}"], arrays[f"model/{k:05d}"] = arrays[f"model/{k:05d}"], arrays[f"model/{q:05d}"]
+
+    _rewrite_checkpoint(path, swap)
+    trainer = training.Trainer(tiny_config(tmp_path, steps=4, checkpoint_every=2))
+    trainer.build()
+    trainer.restore()
+    by_path = {v.path: v.numpy() for v in trainer.model.variables}
+    np.testing.assert_array_equal(by_path[entries[q][0]], saved[f"model/{q:05d}"])
+    np.testing.assert_array_equal(by_path[entries[k][0]], saved[f"model/{k:05d}"])
+
+    def rename(meta, arrays):
+        for row in meta["model_variables"]:
+            row[0] = row[0].replace("query/kernel", "q_proj/kernel")
+
+    _rewrite_checkpoint(path, rename)
+    with pytest.raises(training.IncompatibleCheckpointError, match="q_proj"):
+        training.train(tiny_config(tmp_path, steps=4, checkpoint_every=2))
+
+
+def test_training_figures_average_over_the_examples_that_count(tmp_path):
+    """A zero-initialised head gives every class the same logit: each counted
+    example's loss is exactly ln(classes), whatever weighs 0 in the batch.
+    Divided by the nominal batch, an unreadable file would pull it down."""
+    from PIL import Image
+
+    for c in range(3):
+        os.makedirs(tmp_path / "photos" / f"c{c}")
+        for i in range(10):
+            Image.fromarray(np.full((9, 9, 3), 20 * c + i, np.uint8)).save(tmp_path / "photos" / f"c{c}" / f"{i}.png")
+    source_check = training.TrainConfig.create("scratch", model=TINY, dataset=f"folder:{tmp_path / 'photos'}")
+    from keras_vit.training import data as data_lib
+
+    data_lib.open_source(source_check)  # the header check passes; the file breaks afterwards
+    logs = []
+    config = tiny_config(tmp_path / "run", dataset=f"folder:{tmp_path / 'photos'}", steps=1, batch_size=27,
+                         image_size=28, learning_rate=0.0, label_smoothing=0.0, eval_batch_size=3)
+    victim = tmp_path / "photos" / "c0" / "3.png"
+
+    class Break:
+        def on_step_end(self, step, logs_):
+            logs.append(logs_)
+
+    # Damage one file between the header check and its decoding.
+    original = data_lib.train_dataset
+
+    def damaged(*args, **kwargs):
+        victim.write_bytes(victim.read_bytes()[:40])
+        return original(*args, **kwargs)
+
+    data_lib.train_dataset = damaged
+    try:
+        training.train(config, callbacks=[Break()])
+    finally:
+        data_lib.train_dataset = original
+    assert logs[0]["skipped_examples"] == 1
+    assert logs[0]["loss"] == pytest.approx(np.log(3), rel=1e-5)
+
+
+def test_a_custom_tasks_export_holds_the_moving_average(tmp_path):
+    """A Task whose export_model returns the model itself: model.keras must
+    hold the EMA weights, not the trained ones (#29)."""
+    from keras_vit.training.tasks import ClassificationTask
+
+    class AsIs(ClassificationTask):
+        def export_model(self, model):
+            return model
+
+    config = tiny_config(tmp_path, steps=3, ema=0.5, checkpoint_every=3, learning_rate=3e-2)
+    training.train(config, task=AsIs())
+    with np.load(tmp_path / "checkpoints" / "ckpt-00000003.npz") as data:
+        meta = json.loads(str(data["meta"]))
+        arrays = {k: data[k] for k in data.files}
+    averages = {row[0].split("/", 1)[1][:-len("_average")]: arrays[f"optimizer/{i:05d}"]
+                for i, row in enumerate(meta["optimizer_variables"]) if row[0].endswith("_average")}
+    trained = {row[0].replace("/", "_"): arrays[f"model/{i:05d}"] for i, row in enumerate(meta["model_variables"])}
+    import keras
+
+    exported = keras.models.load_model(tmp_path / "model.keras", compile=False)
+    differs = 0
+    for variable in exported.trainable_variables:
+        key = variable.path.replace("/", "_")
+        np.testing.assert_allclose(variable.numpy(), averages[key], rtol=1e-6, atol=1e-7, err_msg=key)
+        differs += not np.allclose(averages[key], trained[key])
+    assert differs > 0  # the average is not the trained weights

@@ -147,3 +147,21 @@ def test_a_class_sorted_stream_in_one_file_warns_once(tmp_path, capsys):
     assert message and "hold only" in message and "--shuffle-buffer" in message
     assert capsys.readouterr().err.count("keras-vit: warning:") == 1
     assert data_lib.check_stream_mixing(source, _config(shuffle_buffer=10_000)) is None
+
+
+def test_a_dataset_of_images_of_varying_sizes_shuffles_in_blocks(tmp_path):
+    """The docs allow a tf.data.Dataset of images of any size: blocks of raw
+    examples are shuffled, so they must batch whatever the sizes (#29)."""
+    sizes = [(5 + i % 7, 4 + i % 5) for i in range(30)]
+    ds = tf.data.Dataset.from_generator(
+        lambda: ((np.full((h, w, 3), i, np.uint8), i % 3) for i, (h, w) in enumerate(sizes)),
+        output_signature=(tf.TensorSpec([None, None, 3], tf.uint8), tf.TensorSpec([], tf.int64)))
+    config = TrainConfig.create("scratch", model="Mu/4", train_augment="none", shuffle_buffer=8, batch_size=9,
+                                image_size=4)
+    source = data_lib.open_source(config, ds)
+    assert source.shuffle_kind == "buffer" and source.image_size is None
+    batches = list(data_lib.train_dataset(source, plan_of(source, (4, 4), 3, config), tf.distribute.InputContext(),
+                                          0).take(3).as_numpy_iterator())
+    seen = [int(round((v + 1) * 127.5)) for b in batches for v in b["image"][:, 0, 0, 0]]
+    train_values = [i for i in range(30) if i % 10 != 9]  # every 10th held out
+    assert sorted(seen) == train_values and seen != train_values  # one epoch, whole and shuffled

@@ -97,3 +97,14 @@ def test_a_keras_directory_dataset_is_reread_through_keras_vit_images(pictures, 
     source = data_lib.open_source(_config(), (train_ds, val_ds))
     pixels = next(iter(data_lib.plain_dataset(source, plan_of(source, (12, 10), 3), "train", 1)))
     assert pixels["image"].shape == (1, 12, 10, 3) and images_lib.decode(path).shape == (12, 10, 3)
+
+
+def test_a_list_with_no_images_is_an_error_and_one_class_warns(pictures, tmp_path, capsys):
+    """The class checks of folders, for lists too (#29)."""
+    (tmp_path / "empty.csv").write_text("path,label\n")
+    with pytest.raises(ValueError, match="holds no images in any class"):
+        data_lib.open_source(_config(dataset=f"list:{tmp_path / 'empty.csv'}"))
+    (tmp_path / "one.csv").write_text("".join(f"pics/ant/{i}.png,ant\n" for i in range(10)))
+    capsys.readouterr()
+    source = data_lib.open_source(_config(dataset=f"list:{tmp_path / 'one.csv'}"))
+    assert source.num_classes == 1 and "a single class ('ant')" in capsys.readouterr().err
