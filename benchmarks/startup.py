@@ -142,8 +142,11 @@ def child_check(root, batch):
     start = time.perf_counter()
     source = data.open_source(config)
     opened = time.perf_counter()
-    pipeline = data.Pipeline((224, 224), source.num_channels)
-    first = next(iter(data.train_dataset(source, pipeline, config, tf.distribute.InputContext(), 0)))
+    from keras_vit.training import plan as plan_lib
+    from keras_vit.variants import get_variant
+
+    plan = plan_lib.resolve(config, source, get_variant("S/16"))
+    first = next(iter(data.train_dataset(source, plan, tf.distribute.InputContext(), 0)))
     first["image"].numpy()
     done = time.perf_counter()
     return {"check_s": opened - start, "first_batch_s": done - opened, "files": int(source.shard_size(

@@ -112,12 +112,15 @@ def test_regulariser_flags_parse_and_bad_values_are_usage_errors():
 def test_overrides_reach_the_recipe_and_the_run():
     config = TrainConfig.create("finetune", model="B/16", learning_rate=0.01, accum_steps=8, workdir="w")
     assert config.recipe.learning_rate == 0.01 and config.recipe.optimizer == "sgd"
-    assert config.accum_steps == 8 and config.micro_batch_size == 64
+    assert config.accum_steps == 8 and config.recipe.batch_size == 512
     assert TrainConfig.from_dict(config.to_dict()) == config
     with pytest.raises(ValueError, match="Unknown"):
         TrainConfig.create("finetune", learning_rat=0.1)
-    with pytest.raises(ValueError, match="divisible"):
-        TrainConfig.create("finetune", batch_size=100, accum_steps=8)
+    # The plan's one rule, checked by the command line before TensorFlow starts.
+    parser = argparse.ArgumentParser()
+    cli.add_arguments(parser)
+    with pytest.raises(cli.UsageError, match=r"--batch-size 100 must be a multiple of .* use --batch-size 96"):
+        cli.check_args(parser.parse_args(["--workdir", "w", "--batch-size", "100", "--accum-steps", "8"]))
     with pytest.raises(ValueError, match="recipe"):
         TrainConfig.create("nonsense")
 

@@ -162,21 +162,33 @@ def test_mirrored_equals_one_device_with_every_augmentation_and_regulariser(tmp_
     np.testing.assert_allclose(result["losses"]["one_device"], result["losses"]["mirrored"], rtol=1e-5)
 
 
-def test_kill_9_and_resume_with_every_augmentation_and_regulariser(tmp_path):
-    # Patch dropout too: its draws come from the model's seed state, which the checkpoint holds.
-    overrides = {"steps": 8, "checkpoint_every": 3, "deterministic": True, "batch_size": 16,
-                 "learning_rate": 3e-3, "patch_dropout": 0.5, **REGULARISED}
-    killed = _launch({"workdir": str(tmp_path / "resumed"), "kill_at": 5, "overrides": overrides})
+def _kill_9_and_resume(tmp_path, overrides, kill_at):
+    """A run killed with SIGKILL after step `kill_at`, resumed, and the same
+    run uninterrupted: the losses after the checkpoint, and every array of
+    the last checkpoint (weights, their moving averages, moments, step, RNG),
+    must be equal bit for bit. -> (resumed, straight) results."""
+    steps, every = overrides["steps"], overrides["checkpoint_every"]
+    killed = _launch({"workdir": str(tmp_path / "resumed"), "kill_at": kill_at, "overrides": overrides})
     straight = _launch({"workdir": str(tmp_path / "straight"), "overrides": overrides})
     assert _finish(killed, expect_rc=-9) is None
     resumed = _finish(_launch({"workdir": str(tmp_path / "resumed"), "overrides": overrides}))
     straight = _finish(straight)
-    assert resumed["steps_this_session"] == 5 and resumed["losses"] == straight["losses"][3:]
-    a = checkpoint_arrays(tmp_path / "resumed" / "checkpoints" / "ckpt-00000008.npz")
-    b = checkpoint_arrays(tmp_path / "straight" / "checkpoints" / "ckpt-00000008.npz")
+    restart = kill_at // every * every
+    assert resumed["steps_this_session"] == steps - restart and resumed["losses"] == straight["losses"][restart:]
+    last = f"ckpt-{steps:08d}.npz"
+    a = checkpoint_arrays(tmp_path / "resumed" / "checkpoints" / last)
+    b = checkpoint_arrays(tmp_path / "straight" / "checkpoints" / last)
     assert a.keys() == b.keys()
-    for key in a:  # weights, their moving averages, moments, step, RNG
+    for key in a:
         np.testing.assert_array_equal(a[key], b[key], err_msg=key)
+    return resumed, straight
+
+
+def test_kill_9_and_resume_with_every_augmentation_and_regulariser(tmp_path):
+    # Patch dropout too: its draws come from the model's seed state, which the checkpoint holds.
+    overrides = {"steps": 8, "checkpoint_every": 3, "deterministic": True, "batch_size": 16,
+                 "learning_rate": 3e-3, "patch_dropout": 0.5, **REGULARISED}
+    resumed, straight = _kill_9_and_resume(tmp_path, overrides, kill_at=5)
     assert resumed["eval"] == straight["eval"]
 
 
@@ -187,17 +199,7 @@ def test_kill_9_and_resume_with_the_deit_recipe_ends_bitwise_equal(tmp_path):
     mixing group."""
     overrides = {"recipe": "deit", "steps": 6, "checkpoint_every": 3, "deterministic": True, "batch_size": 7,
                  "train_augment": "inception_crop_flip", "label_smoothing": 0.1, "ema": 0.9, "image_size": 28}
-    killed = _launch({"workdir": str(tmp_path / "resumed"), "kill_at": 4, "overrides": overrides})
-    straight = _launch({"workdir": str(tmp_path / "straight"), "overrides": overrides})
-    assert _finish(killed, expect_rc=-9) is None
-    resumed = _finish(_launch({"workdir": str(tmp_path / "resumed"), "overrides": overrides}))
-    straight = _finish(straight)
-    assert resumed["steps_this_session"] == 3 and resumed["losses"] == straight["losses"][3:]
-    a = checkpoint_arrays(tmp_path / "resumed" / "checkpoints" / "ckpt-00000006.npz")
-    b = checkpoint_arrays(tmp_path / "straight" / "checkpoints" / "ckpt-00000006.npz")
-    assert a.keys() == b.keys()
-    for key in a:
-        np.testing.assert_array_equal(a[key], b[key], err_msg=key)
+    _kill_9_and_resume(tmp_path, overrides, kill_at=4)
     plan = json.loads((tmp_path / "straight" / "config.json").read_text())["plan"]
     assert [op["op"] for op in plan["augmentation"]] == [
         "inception_crop", "flip", "randaugment", "to_model_range", "random_erasing", "mix"]

@@ -4,13 +4,16 @@
     config = training.TrainConfig.create("scratch", model="Mu/4", patch_size=7, dataset="mnist5k", workdir="runs/demo")
     results = training.train(config)      # also: `keras-vit train ...`
 
-Modules: config (Recipe, TrainConfig, the named recipes), data (input
-pipelines), tasks (what is learned: model, loss, metrics), optimization
-(schedules, optimizers), strategies (tf.distribute by name), trainer (the
-Trainer: a run's set-up, loop, evaluation and end), steps (the compiled
-device loop: one all-reduce per step), reporting (progress, TensorBoard),
-checkpointing (resumable checkpoints), evaluation
-(few-shot linear evaluation), transfer (initial weights), cli.
+Modules: config (Recipe, TrainConfig, the named recipes), plan (a run
+resolved once: batches, steps, warmup, augmentation ops; everything after
+reads it), sources (datasets by name or object), stream (epochs, shuffling,
+sharding, resume position), augment (the training ops), data (the training,
+evaluation and few-shot datasets), tasks (what is learned: model, loss,
+metrics), optimization (schedules, optimizers), strategies (tf.distribute by
+name), trainer (the Trainer: a run's set-up, loop, evaluation and end), steps
+(the compiled device loop: one all-reduce per step), reporting (progress,
+TensorBoard), checkpointing (resumable checkpoints), evaluation (few-shot
+linear evaluation), transfer (initial weights), cli.
 """
 
 import os as _os

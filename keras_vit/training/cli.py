@@ -43,7 +43,7 @@ _RECIPE_HELP = {
     "stochastic_depth_rate": "drop-path rate of the last block",
     "epochs": "passes over the training split, instead of --steps",
     "lr_base_batch": "scale --learning-rate by batch / this (DeiT: 512)",
-    "ema": "decay of a moving average of the weights (e.g. 0.9999): evaluation and model.keras use it",
+    "ema": "decay of a moving average of the weights (e.g. 0.9999): evaluation and model.keras use it; 0 off",
     "layer_decay": "learning-rate scale per block: rate ** (depth - block), embeddings lowest, head 1",
     "loss": "softmax | sigmoid (binary cross-entropy, head bias -log(classes))",
     "randaugment": "N,M: N ops of magnitude M (0..30) per image, e.g. 2,15",
@@ -79,6 +79,11 @@ def _randaugment(text):
         raise argparse.ArgumentTypeError(f"expected N,M (ops per image, magnitude 0..30) such as 2,15, "
                                          f"got {text!r}") from None
     return ops, magnitude
+
+
+def _ema(text):
+    value = float(text)
+    return None if value == 0 else value
 
 
 def _shots(text):
@@ -155,7 +160,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     recipe = parser.add_argument_group("recipe overrides (default: the recipe's value)")
     types = {"grad_clip_norm": _clip, "representation_layer": _bool, "image_size": image_size,
              "batch_size": positive_int, "steps": non_negative_int, "warmup_steps": non_negative_int,
-             "epochs": float, "warmup_epochs": float, "mixup": float, "lr_base_batch": positive_int, "ema": float, "layer_decay": float,
+             "epochs": float, "warmup_epochs": float, "mixup": float, "lr_base_batch": positive_int, "ema": _ema,
+             "layer_decay": float,
              "randaugment": _randaugment, "repeated_augmentation": positive_int, "aug_level": str}
     for field in config_lib.RECIPE_FIELDS:
         default_type = type(getattr(config_lib.FINETUNE, field))
@@ -179,8 +185,11 @@ def check_args(args) -> config_lib.TrainConfig:
     from keras_vit import storage
     from keras_vit.variants import get_variant
 
+    from keras_vit.training.plan import check_batch
+
     try:
         config = config_from_args(args)
+        check_batch(config.recipe.batch_size, 1, config.accum_steps)
     except UserError as error:
         raise UsageError(str(error)) from None
     if args.model is not None:

@@ -455,9 +455,6 @@ class TrainConfig:
             raise UserError("accum_steps, checkpoint_every, log_every and keep_checkpoints must be >= 1.")
         if self.steps_per_loop is not None and self.steps_per_loop < 1:
             raise UserError(f"steps_per_loop must be >= 1, got {self.steps_per_loop}.")
-        if self.recipe.batch_size % self.accum_steps:
-            raise UserError(f"batch_size {self.recipe.batch_size} is not divisible by accum_steps "
-                            f"{self.accum_steps}.")
 
     @classmethod
     def create(cls, recipe: Union[str, Recipe] = "finetune", **overrides) -> "TrainConfig":
@@ -476,11 +473,6 @@ class TrainConfig:
         recipe_changes = _counted_in_one_unit({k: changes.pop(k) for k in list(changes) if k in RECIPE_FIELDS})
         recipe = dataclasses.replace(self.recipe, **recipe_changes) if recipe_changes else self.recipe
         return dataclasses.replace(self, recipe=changes.pop("recipe", recipe), **changes)
-
-    @property
-    def micro_batch_size(self) -> int:
-        """Examples in one micro-batch: the batch size divided by accum_steps."""
-        return self.recipe.batch_size // self.accum_steps
 
     def to_dict(self) -> dict:
         """The settings as plain JSON-ready values (config.json)."""

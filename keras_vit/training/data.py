@@ -28,6 +28,10 @@ from keras_vit.training.sources import (  # noqa: F401
     warn)
 from keras_vit.training.stream import check_stream_mixing  # noqa: F401
 
+__all__ = ["HELD_OUT_EVERY", "Source", "check_stream_mixing", "eval_dataset", "eval_steps", "load_mnist5k",
+           "mnist5k_path", "model_pixels", "open_source", "plain_dataset", "problems_seen", "read_mnist5k",
+           "strict_failure", "train_dataset", "warn"]
+
 AUTOTUNE = tf.data.AUTOTUNE
 
 

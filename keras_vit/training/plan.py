@@ -73,10 +73,12 @@ class Plan:
 
     @property
     def recipe(self):
+        """The resolved recipe (config.recipe)."""
         return self.config.recipe
 
     @property
     def steps_per_epoch(self) -> Optional[float]:
+        """Optimizer steps in one pass over the training split; None where its size is unknown."""
         return self.train_size / self.global_batch if self.train_size else None
 
     def to_dict(self) -> dict:
@@ -104,7 +106,7 @@ def resolve(config: TrainConfig, source, model_config: ViTConfig, num_replicas: 
     recipe = with_aug_level(config.recipe, model_config)
     train_size = source.sizes.get(source.train_split)
     global_batch = recipe.batch_size
-    _check_batch(global_batch, num_replicas, config.accum_steps)
+    check_batch(global_batch, num_replicas, config.accum_steps)
     steps = _steps(recipe, train_size, source.name)
     warmup_steps = _warmup_steps(recipe, train_size, source.name)
     recipe = dataclasses.replace(recipe, steps=steps, warmup_steps=warmup_steps, warmup_epochs=recipe.warmup_epochs)
@@ -146,7 +148,9 @@ def mixing(recipe) -> Optional[dict]:
 
 # --- the checks and conversions -----------------------------------------------------------
 
-def _check_batch(batch, replicas, accum):
+def check_batch(batch: int, replicas: int, accum: int) -> None:
+    """The global batch splits into replicas x accumulation steps (the one rule; the command line
+    checks it with one replica before TensorFlow starts)."""
     if batch % (replicas * accum):
         multiple = replicas * accum
         nearest = max(multiple, batch // multiple * multiple)
@@ -178,6 +182,11 @@ def _warnings(recipe, train_size):
         out.append(f"the warmup ({recipe.warmup_steps} steps) takes more than half of the run ({recipe.steps} "
                    f"steps): the learning rate reaches its peak late or never; give --warmup-steps "
                    f"(e.g. {recipe.steps // 10}) or more --steps.")
+    if recipe.ema and recipe.ema < 1 and 1 / (1 - recipe.ema) > recipe.steps:
+        span = int(round(1 / (1 - recipe.ema)))
+        out.append(f"the weight average (--ema {recipe.ema:g}) spans about {span:,} steps, more than the run "
+                   f"({recipe.steps} steps): evaluation and model.keras would stay near the first weights; give "
+                   f"--ema {1 - 10 / max(recipe.steps, 20):.2g} or --ema 0 (no average).")
     if train_size and recipe.batch_size > train_size:
         fits = 1 << max(0, int(train_size).bit_length() - 1)
         out.append(f"--batch-size {recipe.batch_size} is larger than the training set ({train_size} images): "

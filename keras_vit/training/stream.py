@@ -27,6 +27,7 @@ from typing import Optional
 import numpy as np
 import tensorflow as tf
 
+from keras_vit.errors import UserError
 from keras_vit.training.sources import warn
 
 FEW_CLASSES = 0.5  # warn when the first shuffle block of a stream holds less than this fraction of the classes
@@ -43,8 +44,6 @@ def numbered(source, index, count, run_seed, shuffle_buffer, repeats, start) -> 
     row (repeated augmentation)."""
     shard_size = source.shard_size(source.train_split, index, count)
     if shard_size == 0:
-        from keras_vit.errors import UserError
-
         raise UserError(f"Input pipeline {index} of {count} has no training examples: give each worker data.")
     start_epoch, offset = divmod(start, shard_size) if shard_size else (0, start)
     ordered = _epochs(source, index, count, run_seed, pipeline_seed(run_seed, index), shuffle_buffer, shard_size,

@@ -3,7 +3,7 @@
 A Task builds the model and turns a batch into per-example losses and
 metrics; the loop handles distribution, accumulation, clipping, mixed
 precision, checkpoints and evaluation. Batches are dicts from
-training/data.py: "image" (B, H, W, C) in [-1, 1], "label" (B,) int32, and,
+training/data.py (built from the run's plan): "image" (B, H, W, C) in [-1, 1], "label" (B,) int32, and,
 in evaluation, "weight" (B,) (0 for padding).
 """
 
