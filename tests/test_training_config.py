@@ -100,6 +100,9 @@ def test_regulariser_flags_parse_and_bad_values_are_usage_errors():
     assert (recipe.randaugment, recipe.mixup, recipe.cutmix, recipe.mix_prob) == ((2, 15), 0.8, 1.0, 0.5)
     assert (recipe.repeated_augmentation, recipe.ema, recipe.layer_decay, recipe.loss) == (3, 0.999, 0.75, "sigmoid")
     assert (recipe.epochs, recipe.lr_base_batch, recipe.patch_dropout, recipe.aug_level) == (2.5, 512, 0.5, "light2")
+    deit = cli.config_from_args(parser.parse_args(["--workdir", "w", "--recipe", "deit", "--ema", "0",
+                                                   "--warmup-epochs", "0.5"])).recipe
+    assert (deit.ema, deit.warmup_epochs, deit.epochs) == (None, 0.5, 300)
     for bad in (["--randaugment", "2"], ["--ema", "1.5"], ["--loss", "hinge"], ["--mix-prob", "2"],
                 ["--patch-dropout", "1"], ["--randaugment", "2,40"]):
         try:

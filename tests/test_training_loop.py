@@ -255,3 +255,11 @@ def test_a_custom_tasks_export_holds_the_moving_average(tmp_path):
         np.testing.assert_allclose(variable.numpy(), averages[key], rtol=1e-6, atol=1e-7, err_msg=key)
         differs += not np.allclose(averages[key], trained[key])
     assert differs > 0  # the average is not the trained weights
+
+
+def test_a_run_of_no_steps_with_a_weight_average_keeps_its_weights(tmp_path):
+    """Keras fills the averages at the first applied step: before it they are
+    zeros, which must not be evaluated or saved as the model."""
+    results = training.train(tiny_config(tmp_path, steps=0, ema=0.5))
+    kernels = [w for w in weights_of(tmp_path / "model.keras") if w.ndim >= 2]
+    assert results["steps"] == 0 and all(np.abs(w).max() > 0 for w in kernels[:-1])  # the head starts at zero

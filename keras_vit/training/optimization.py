@@ -114,7 +114,8 @@ def averaged_weights(model, optimizer):
     (recipe.ema); on leaving, the trained weights come back. Without an
     average, the model as it is."""
     inner = getattr(optimizer, "inner_optimizer", optimizer)
-    if not getattr(inner, "use_ema", False):
+    # Keras fills the averages at the first applied step: before it they are zeros.
+    if not getattr(inner, "use_ema", False) or int(inner.iterations.numpy()) == 0:
         yield model
         return
     trained = [v.numpy() for v in model.trainable_variables]
