@@ -21,6 +21,10 @@ def _plan(recipe="deit", num_replicas=1, **overrides):
     return plan_lib.resolve(config, source, get_variant("Mu/4").replace(patch_size=7), num_replicas=num_replicas)
 
 
+def _warmup_warnings(plan):
+    return [w for w in plan.warnings if "warmup" in w]
+
+
 def test_warmups_in_epochs_become_steps_of_the_users_data():
     """DeiT: 5 epochs of the 4,000 digits at batch 100 = 200 steps of a 300-epoch run (12,000)."""
     plan = _plan(batch_size=100)
@@ -28,7 +32,7 @@ def test_warmups_in_epochs_become_steps_of_the_users_data():
     assert plan.recipe.peak_learning_rate == pytest.approx(5e-4 * 100 / 512)
     # --epochs 10: the warmup stays 5 epochs, half the run: no warning at exactly half.
     short = _plan(batch_size=100, epochs=10)
-    assert (short.steps, short.warmup_steps, short.warnings) == (400, 200, ())
+    assert (short.steps, short.warmup_steps) == (400, 200) and not _warmup_warnings(short)
     # AugReg's 10k steps of 4,096 at ImageNet size: about 32 epochs, in steps of this batch.
     augreg = _plan("augreg", batch_size=100)
     assert augreg.warmup_steps == round(10_000 * 4096 / 1_281_167 * 4000 / 100)
@@ -37,9 +41,13 @@ def test_warmups_in_epochs_become_steps_of_the_users_data():
 def test_a_warmup_longer_than_half_the_run_is_named_with_the_fix():
     plan = _plan(batch_size=100, steps=20)  # --steps on an epoch-counted recipe: the warmup is still 5 epochs
     assert plan.warmup_steps == 200
-    assert len(plan.warnings) == 1 and "warmup (200 steps) takes more than half of the run (20 steps)" in \
-        plan.warnings[0] and "--warmup-steps" in plan.warnings[0]
-    assert _plan(batch_size=100, steps=20, warmup_steps=2).warnings == ()
+    (warning,) = _warmup_warnings(plan)
+    assert "warmup (200 steps) takes more than half of the run (20 steps)" in warning and "--warmup-steps" in warning
+    assert not _warmup_warnings(_plan(batch_size=100, steps=20, warmup_steps=2))
+    # DeiT's weight average (0.99996, about 25,000 steps) is longer than this run too.
+    (ema,) = [w for w in plan.warnings if "weight average" in w]
+    assert "spans about 25,000 steps, more than the run (20 steps)" in ema and "--ema 0" in ema
+    assert _plan(batch_size=100, steps=20, warmup_steps=2, ema=0.5).warnings == ()
 
 
 def test_an_epoch_counted_recipe_reaches_its_peak_in_a_short_run(tmp_path):

@@ -138,6 +138,9 @@ class Trainer:
             jit_compile=resolve_jit_compile(config, self.strategy), task=self.task.name)
         # From here on the run reads the plan: its config holds the resolved recipe.
         self.config, self.recipe = self.plan.config, self.plan.recipe
+        if self.chief:  # before anything is refused or built: they may explain it
+            for warning in self.plan.warnings:
+                data_lib.warn(warning)
         if self.initial is not None and self.initial.num_channels != self.source.num_channels:
             # Not an error (images are converted), but what ran must be visible.
             print(f"keras-vit train: the images have {self.source.num_channels} channel(s); the pre-trained "
@@ -289,8 +292,6 @@ class Trainer:
             runs.write_labels(config.workdir, self.source.class_names, self.source.num_classes)
             self._write_status("running")
         if self.chief:
-            for warning in self.plan.warnings:
-                data_lib.warn(warning)
             data_lib.check_stream_mixing(self.source, config)
         self._open_inputs()
         self.report = reporting.Report(self.plan, self.chief, self.step, self.model, self.source, self.strategy)
