@@ -109,7 +109,7 @@ def resolve(config: TrainConfig, source, model_config: ViTConfig, num_replicas: 
     check_batch(global_batch, num_replicas, config.accum_steps)
     steps = _steps(recipe, train_size, source.name)
     warmup_steps = _warmup_steps(recipe, train_size, source.name)
-    recipe = dataclasses.replace(recipe, steps=steps, warmup_steps=warmup_steps, warmup_epochs=recipe.warmup_epochs)
+    recipe = dataclasses.replace(recipe, steps=steps, warmup_steps=warmup_steps)
     image_size = _image_size(recipe, source)
     _check_patch_grid(image_size, model_config)
     per_replica = global_batch // num_replicas

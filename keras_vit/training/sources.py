@@ -346,13 +346,14 @@ def _read_list(path):
 
 
 def _list_classes(labels):
-    """Class names in label order: integers keep their values (0..max), names are sorted."""
+    """(class names in label order, whether they are numbers): integers keep
+    their values (0..max), names are sorted."""
     if labels and all(label.lstrip("-").isdigit() for label in labels):
         if any(label.startswith("-") for label in labels):
             raise UserError(f"list: negative label {min(labels, key=int)}: integer labels are class numbers "
                             f"0, 1, ...; renumber them or use class names.")
-        return [str(i) for i in range(max(int(label) for label in labels) + 1)]
-    return sorted(set(labels))
+        return [str(i) for i in range(max(int(label) for label in labels) + 1)], True
+    return sorted(set(labels)), False
 
 
 def _list_source(config, spec, shard) -> Source:
@@ -363,12 +364,12 @@ def _list_source(config, spec, shard) -> Source:
     if len(files) > 2:
         raise UserError(f"{name}: give list:TRAIN or list:TRAIN,EVAL.")
     rows = [_read_list(f) for f in files]
-    classes = _list_classes([label for table in rows for _, label in table])
+    classes, numbered = _list_classes([label for table in rows for _, label in table])
 
     def by_class(table):
         grouped = {c: [] for c in classes}
         for p, label in table:
-            grouped[str(int(label)) if label.lstrip("-").isdigit() else label].append(p)
+            grouped[str(int(label)) if numbered else label].append(p)
         return grouped
 
     if len(rows) == 2:
@@ -377,7 +378,6 @@ def _list_source(config, spec, shard) -> Source:
     else:
         (all_files,) = _leave_out_unreadable(config, name, [by_class(rows[0])], shard)
         train_files, eval_files = _held_out(all_files)
-    numbered = bool(classes) and classes[0] == "0" and all(c.isdigit() for c in classes)
     classes = _check_classes(config, name, classes, train_files, numbered=numbered)
     return _file_source(config, name, classes, train_files, eval_files)
 
