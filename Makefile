@@ -35,7 +35,7 @@ test-fast: $(STAMP)
 	$(PY) -m pytest -q $(XDIST) -m "not slow"
 
 demo: $(STAMP)
-	$(PY) -m keras_vit.cli demo
+	$(PY) -m keras_vit_cli demo
 
 bench: $(STAMP)
 	$(PY) -m pip install --quiet -e ".[bench]"

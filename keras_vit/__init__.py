@@ -4,14 +4,12 @@
     model = keras_vit.ViT_B16(image_size=384, num_classes=10, weights="imagenet21k")
     model = keras_vit.load_model("runs/demo")   # a .keras file or a training workdir
 
-Importing keras_vit does not import Keras (so `keras-vit --help` is instant):
-each name below is imported on first use (PEP 562), and the ViT layers are
-registered for deserialisation as soon as Keras is imported, so
-`import keras_vit` then `keras.saving.load_model("model.keras")` works.
-
-TensorFlow, when imported after keras_vit, starts quietly: its start-up
-lines and C++ logs below FATAL are left out (keras_vit._console); set
-TF_CPP_MIN_LOG_LEVEL yourself (0: everything) to choose otherwise.
+Importing keras_vit imports Keras (and with it TensorFlow or your
+KERAS_BACKEND): it registers the ViT layers in Keras' registry, the only place
+`keras.saving.load_model("model.keras")` looks for them. Nothing else in your
+process changes: no environment variable, no import hook, no filtered output
+(TensorFlow logs as it would without keras_vit). The `keras-vit` command
+(keras_vit_cli) starts without Keras, so that `--help` answers at once.
 
 Models take images in [-1, 1] (`keras_vit.preprocess_input(pixels)` maps
 0..255 there) unless built with include_preprocessing=True; `model.input_range`
@@ -20,7 +18,6 @@ says which, `model.summary()` prints it.
 
 import sys as _sys
 
-from keras_vit import _console, _keras_hook
 from keras_vit._lazy import lazy_exports
 from keras_vit.config import ResNetConfig, ViTConfig
 from keras_vit.variants import VARIANTS, get_variant, list_variants
@@ -42,12 +39,6 @@ _LAZY = {
     "load_model": "keras_vit.runs",
 }
 __getattr__, __dir__ = lazy_exports(__name__, _LAZY)
-
-# TensorFlow imported from now on starts without its C++ start-up chatter.
-_console.quiet_tensorflow_imports()
-# Registers the layers with Keras now if it is loaded, else when it is.
-_keras_hook.register_layers_with_keras()
-
 
 def _constructor(variant):
     def build(image_size=224, num_classes=1000, weights=None, **kwargs):
@@ -85,4 +76,11 @@ __all__ = [
     "available_weights", "from_pretrained", "get_variant", "layers", "list_variants", "load_model",
     "load_weights", "preprocess_input", "resize_position_embedding", "save_pretrained", "save_weights",
 ]
+# Keras imports the module a .keras file names only for its own packages
+# (keras, keras_hub, ...): ours must be registered before a file is read, and
+# Keras has no deferred registration, so the model module is imported now.
+# The command line (keras_vit_cli, imported first) imports it when a command needs it.
+if "keras_vit_cli" not in _sys.modules:
+    from keras_vit import model as _model  # noqa: F401 - its import registers ViT and its layers
+    del _model
 del _sys

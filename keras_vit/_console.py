@@ -1,13 +1,14 @@
 """What keras_vit prints, and what it keeps TensorFlow and its converters from printing.
 
-* `quiet_tensorflow_imports()`: from `import keras_vit` on, the first import
-  of TensorFlow (by keras_vit, Keras or the user) runs with
-  TF_CPP_MIN_LOG_LEVEL defaulting to 3, and with the start-up lines TensorFlow
-  writes from C++ before any log level applies (`I0000 ... oneDNN`, `Could not
-  find cuda drivers`, `WARNING: All log messages before absl::InitializeLog()`)
-  taken out of stderr. Level 3 also hides `E0000 ... failed call to cuInit`,
-  logged when a machine without a GPU starts its devices. A TF_CPP_MIN_LOG_LEVEL
-  set by the user is kept; with 0 (`keras-vit --verbose`) nothing is filtered.
+* `import_tensorflow_quietly()`: for the `keras-vit` command only, which owns
+  its process: TensorFlow imported with TF_CPP_MIN_LOG_LEVEL defaulting to 3
+  and the start-up lines it writes from C++ before any log level applies
+  (`I0000 ... oneDNN`, `Could not find cuda drivers`, `WARNING: All log
+  messages before absl::InitializeLog()`) taken out of stderr. Level 3 also
+  hides `E0000 ... failed call to cuInit`, logged when a machine without a GPU
+  starts its devices. A TF_CPP_MIN_LOG_LEVEL set by the user is kept; with 0
+  (`keras-vit --verbose`) nothing is filtered. `import keras_vit` in a user's
+  program does none of this: TensorFlow logs there as it would without us.
 * `quiet_conversion()`: around a TFLite or ONNX conversion, the converters'
   chatter (`fully_quantize: 0, inference_type: 6 ...`, `tf.lite.Interpreter is
   deprecated`, XNNPACK's `INFO: Created TensorFlow Lite XNNPACK delegate`,
@@ -16,7 +17,8 @@
 * `warn(message)`: `keras-vit: warning: ...`, one line on stderr.
 * `argument(name, value)`: how a message names an argument: `--weights PATH`
   on the command line, `weights='PATH'` in Python (`keras_vit.cli` sets
-  COMMAND_LINE).
+  COMMAND_LINE); `argument(name)` a switch (`--remat` / `remat=True`);
+  `either(flags, keywords)` where the two differ by more than spelling.
 
 Nothing here imports TensorFlow.
 """
@@ -24,11 +26,10 @@ Nothing here imports TensorFlow.
 from __future__ import annotations
 
 import contextlib
-import importlib.abc
-import importlib.util
 import logging
 import os
 import re
+import shlex
 import sys
 import tempfile
 import warnings
@@ -63,11 +64,25 @@ def warn(message: str) -> None:
     print(f"keras-vit: warning: {' '.join(str(message).split())}", file=sys.stderr, flush=True)
 
 
-def argument(name: str, value) -> str:
-    """An argument as the user gives it: `--name VALUE` on the command line, name='VALUE' in Python."""
+_SWITCH = object()
+
+
+def argument(name: str, value=_SWITCH) -> str:
+    """An argument as the user gives it: `--name VALUE` on the command line,
+    name='VALUE' in Python; without a value, a switch: `--name` / name=True."""
+    if value is _SWITCH:
+        return f"--{name.replace('_', '-')}" if COMMAND_LINE else f"{name}=True"
     if COMMAND_LINE:
-        return f"--{name.replace('_', '-')} {value}"
+        flag = "--" + name.replace("_", "-")
+        if isinstance(value, str):
+            return f"{flag} {shlex.quote(value)}"  # as it would be typed
+        return f"{flag} {value:g}" if isinstance(value, float) else f"{flag} {value}"
     return f"{name}={value!r}"
+
+
+def either(command_line: str, python: str) -> str:
+    """The words for the caller where a flag and its keyword differ by more than spelling."""
+    return command_line if COMMAND_LINE else python
 
 
 # --- fd 2 -----------------------------------------------------------------------------------------
@@ -112,7 +127,8 @@ def _flush():
 # --- importing TensorFlow ---------------------------------------------------------------------------
 
 def import_tensorflow_quietly() -> None:
-    """Imports TensorFlow now (if installed and not yet imported), without its start-up chatter."""
+    """Imports TensorFlow now (if installed and not yet imported), without its
+    start-up chatter. The command line's alone: it sets the process's log level."""
     if "tensorflow" in sys.modules:
         return
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", _DEFAULT_LOG_LEVEL)
@@ -121,37 +137,6 @@ def import_tensorflow_quietly() -> None:
             import tensorflow  # noqa: F401
         except ImportError:
             pass  # whatever needs it says so
-
-
-class _QuietTensorFlowImport(importlib.abc.MetaPathFinder):
-    """Finds nothing itself: it wraps the loader of "tensorflow" so that its
-    import runs under `filtered_stderr(STARTUP_CHATTER)`, with the log level
-    defaulted before TensorFlow's C++ library reads it."""
-
-    def find_spec(self, name, path=None, target=None):
-        if name != "tensorflow":
-            return None
-        sys.meta_path.remove(self)  # once, and not for the lookup below
-        os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", _DEFAULT_LOG_LEVEL)
-        spec = importlib.util.find_spec(name)
-        if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
-            return spec
-        exec_module = spec.loader.exec_module
-
-        def exec_quietly(module):
-            with filtered_stderr(STARTUP_CHATTER):
-                exec_module(module)
-
-        spec.loader.exec_module = exec_quietly
-        return spec
-
-
-def quiet_tensorflow_imports() -> None:
-    """Makes the first import of TensorFlow from now on quiet (see the module docstring)."""
-    if "tensorflow" in sys.modules:
-        return  # imported before keras_vit: its logs were the user's to configure
-    if not any(isinstance(f, _QuietTensorFlowImport) for f in sys.meta_path):
-        sys.meta_path.insert(0, _QuietTensorFlowImport())
 
 
 # --- converters -------------------------------------------------------------------------------------

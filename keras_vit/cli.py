@@ -64,12 +64,18 @@ def _main(argv=None):
     # users came for; --verbose (or TF_CPP_MIN_LOG_LEVEL) brings it back.
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "0" if verbose else "3")
     parser = Parser(prog="keras-vit", description=DESCRIPTION,
-                     epilog="Global flags (any position): --debug (tracebacks), --verbose (TensorFlow's logs).")
+                     epilog="Global flags (any position): --debug (tracebacks), --verbose (TensorFlow's logs). "
+                           "keras-vit --version prints the version.")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name, (_, help_text) in COMMANDS.items():
         subparsers.add_parser(name, help=help_text, add_help=False)
     if not argv or argv[0] in ("-h", "--help"):
         parser.print_help()
+        return 0
+    if argv[0] == "--version":
+        import keras_vit  # its version only: the command line's import of it loads no Keras
+
+        print(f"keras-vit {keras_vit.__version__}")
         return 0
     name = argv[0]
     if name not in COMMANDS:

@@ -136,7 +136,7 @@ class ViTConfig:
                             f"{self.position_embedding!r}.")
         if self.patch_dropout and self.position_embedding == "relative":
             raise UserError("patch_dropout needs a position embedding added to the tokens: the relative position "
-                            "bias is a table over the whole grid. Use another --position-embedding.")
+                            "bias is a table over the whole grid. Use another position_embedding.")
         # Both 2-D tables split the width in halves (column, row); sin-cos splits each half again.
         divisor = {"learned_2d": 2, "sincos_2d": 4}.get(self.position_embedding, 1)
         if self.hidden_size % divisor:

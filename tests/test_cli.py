@@ -31,7 +31,7 @@ def _env():
 
 
 def _cli(*args, timeout=240):
-    return subprocess.run([sys.executable, "-m", "keras_vit.cli", *args], cwd=ROOT, capture_output=True,
+    return subprocess.run([sys.executable, "-m", "keras_vit_cli", *args], cwd=ROOT, capture_output=True,
                           text=True, timeout=timeout, env=_env())
 
 
@@ -53,7 +53,7 @@ def finished(tmp_path_factory):
 # --- help without TensorFlow (#16 item 7) -------------------------------------------------------------------
 
 def test_help_of_every_command_imports_neither_keras_nor_tensorflow():
-    script = ("import sys\nfrom keras_vit.cli import main\n"
+    script = ("import sys\nfrom keras_vit_cli import main\n"
               "for argv in [['--help']] + [[c, '--help'] for c in sys.argv[1:]]:\n"
               "    try:\n        main(argv)\n    except SystemExit as e:\n        assert e.code == 0, argv\n"
               "print('LOADED', sorted(m for m in ('tensorflow', 'keras', 'jax', 'torch') if m in sys.modules))\n")
@@ -293,10 +293,10 @@ def test_variants_output_is_the_docs_table(capsys):
 def test_ctrl_c_checkpoints_and_resuming_equals_an_uninterrupted_run(tmp_path):
     settings = [*TRAIN, "--steps", "40", "--checkpoint-every", "1", "--keep-checkpoints", "1",
                 "--deterministic", "--dropout-rate", "0.1"]
-    straight = subprocess.Popen([sys.executable, "-m", "keras_vit.cli", *settings, "--workdir",
+    straight = subprocess.Popen([sys.executable, "-m", "keras_vit_cli", *settings, "--workdir",
                                  str(tmp_path / "straight")], cwd=ROOT, env=_env(),
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    interrupted = subprocess.Popen([sys.executable, "-m", "keras_vit.cli", *settings, "--workdir",
+    interrupted = subprocess.Popen([sys.executable, "-m", "keras_vit_cli", *settings, "--workdir",
                                     str(tmp_path / "resumed")], cwd=ROOT, env=_env(),
                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     checkpoints = tmp_path / "resumed" / "checkpoints"
@@ -313,7 +313,7 @@ def test_ctrl_c_checkpoints_and_resuming_equals_an_uninterrupted_run(tmp_path):
     assert 0 < stopped < 40
     assert [p.name for p in checkpoints.iterdir()] == [f"ckpt-{stopped:08d}.npz"]
     assert json.loads((tmp_path / "resumed" / "results.json").read_text())["status"] == "interrupted"
-    resumed = subprocess.run([sys.executable, "-m", "keras_vit.cli", *settings, "--workdir",
+    resumed = subprocess.run([sys.executable, "-m", "keras_vit_cli", *settings, "--workdir",
                               str(tmp_path / "resumed")], cwd=ROOT, env=_env(),
                              capture_output=True, text=True, timeout=240)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
@@ -387,3 +387,14 @@ def test_an_unwritable_checkpoint_folder_is_one_line(tmp_path, capsys):
     assert main([*TRAIN, "--steps", "2", "--checkpoint-every", "1", "--workdir", str(workdir)]) == 1
     line = _one_error_line(capsys.readouterr().err, "train")
     assert "Cannot write the checkpoint of step 1" in line and "no earlier checkpoint exists" in line
+
+
+def test_version_names_the_installed_distribution_without_importing_keras():
+    script = ("import sys\nfrom keras_vit_cli import main\nmain(['--version'])\n"
+              "print('LOADED', sorted(m for m in ('tensorflow', 'keras') if m in sys.modules))\n")
+    done = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=60,
+                          env={**os.environ, "PYTHONPATH": ROOT})
+    assert done.returncode == 0, done.stderr
+    from importlib.metadata import version
+
+    assert done.stdout.splitlines() == [f"keras-vit {version('keras-vision-transformer')}", "LOADED []"]

@@ -193,7 +193,7 @@ def test_an_existing_export_is_refused_or_replaced_as_a_whole_22_6(tiny_keras, t
 
     assert main([*export, "--formats", "saved_model"]) == 2
     line = one_error_line(capsys.readouterr().err, "export")
-    assert (f"--out '{out}' already holds an export (labels.txt, report.json, tiny, tiny.tflite): "
+    assert (f"--out {out} already holds an export (labels.txt, report.json, tiny, tiny.tflite): "
             f"add --overwrite") in line
     assert {p: p.read_bytes() for p in out.rglob("*") if p.is_file()} == before
 
@@ -204,7 +204,7 @@ def test_an_existing_export_is_refused_or_replaced_as_a_whole_22_6(tiny_keras, t
     assert [row["format"] for row in report["artifacts"]] == ["saved_model"]
 
     capsys.readouterr()
-    for target, words in ((tiny_keras, f"--out '{tiny_keras}' is not a folder: give a folder"),
+    for target, words in ((tiny_keras, f"--out {tiny_keras} is not a folder: give a folder"),
                           (tiny_keras / "sub", f"is not a folder ('{tiny_keras}' is a file)"),
                           (tiny_keras.parent, "holds files that are not an export (tiny.keras): export into a new")):
         assert main(["export", str(tiny_keras), "--formats", "tflite", "--out", str(target), "--overwrite"]) == 2

@@ -61,11 +61,15 @@ def test_inspect_figures_non_square(run, tmp_path):
     assert any(name.endswith(".png") for name in os.listdir(out))
 
 
-def test_export_non_square_fixed_and_dynamic(run, tmp_path):
+def test_export_non_square_fixed_and_dynamic(run, tmp_path, capsys):
     workdir, _ = run
     common = ["--formats", "saved_model", "--data", "mnist", "--num-validation", "50", "--latency-runs", "1",
               "--quiet"]
+    capsys.readouterr()
     assert main(["export", str(workdir), "--out", str(tmp_path / "fixed"), *common]) == 0
+    printed = capsys.readouterr().out
+    # --quiet (#30): the table alone, no progress lines.
+    assert "[export]" not in printed and printed.splitlines()[-1].startswith("export passed"), printed
     report = json.loads((tmp_path / "fixed" / "report.json").read_text())
     assert report["model"]["input_shape"] == [21, 35, 1] and report["passed"]
     assert main(["export", str(workdir), "--out", str(tmp_path / "any"), "--dynamic-image-size", *common]) == 0

@@ -247,7 +247,7 @@ def test_flag_picks_the_kind_and_weights_fix_it(tmp_path):
     initial = resolve_weights(str(tmp_path / "source.keras"))
     taken = resolve_model_config(config.replace(model=None, position_embedding=None), initial)
     assert taken.position_embedding == "sincos_2d"  # the weights' own kind
-    with pytest.raises(ValueError, match="--position-embedding relative differs from the pre-trained weights' "
+    with pytest.raises(ValueError, match="position_embedding='relative' differs from the pre-trained weights' "
                                          "'sincos_2d'"):
         resolve_model_config(config.replace(model=None), initial)
 

@@ -112,7 +112,7 @@ def test_regulariser_flags_parse_and_bad_values_are_usage_errors():
         raise AssertionError(f"{bad} was accepted")
 
 
-def test_overrides_reach_the_recipe_and_the_run():
+def test_overrides_reach_the_recipe_and_the_run(monkeypatch):
     config = TrainConfig.create("finetune", model="B/16", learning_rate=0.01, accum_steps=8, workdir="w")
     assert config.recipe.learning_rate == 0.01 and config.recipe.optimizer == "sgd"
     assert config.accum_steps == 8 and config.recipe.batch_size == 512
@@ -122,6 +122,9 @@ def test_overrides_reach_the_recipe_and_the_run():
     # The plan's one rule, checked by the command line before TensorFlow starts.
     parser = argparse.ArgumentParser()
     cli.add_arguments(parser)
+    from keras_vit import _console
+
+    monkeypatch.setattr(_console, "COMMAND_LINE", True)  # as keras_vit.cli.main sets it
     with pytest.raises(cli.UsageError, match=r"--batch-size 100 must be a multiple of .* use --batch-size 96"):
         cli.check_args(parser.parse_args(["--workdir", "w", "--batch-size", "100", "--accum-steps", "8"]))
     with pytest.raises(ValueError, match="recipe"):

@@ -108,7 +108,7 @@ def test_incompatible_workdir_is_an_error_and_untouched(tmp_path):
     before = {p.name: p.read_bytes() for p in (tmp_path / "checkpoints").iterdir()}
     with pytest.raises(training.IncompatibleCheckpointError, match="different run") as error:
         training.train(tiny_config(tmp_path, model=TINY.replace(hidden_size=32), steps=4))
-    assert "hidden_size" in str(error.value) and "new --workdir" in str(error.value)
+    assert "hidden_size" in str(error.value) and "new workdir" in str(error.value)  # Python: the keyword
     after = {p.name: p.read_bytes() for p in (tmp_path / "checkpoints").iterdir()}
     assert after == before
 

@@ -42,11 +42,11 @@ def test_a_warmup_longer_than_half_the_run_is_named_with_the_fix():
     plan = _plan(batch_size=100, steps=20)  # --steps on an epoch-counted recipe: the warmup is still 5 epochs
     assert plan.warmup_steps == 200
     (warning,) = _warmup_warnings(plan)
-    assert "warmup (200 steps) takes more than half of the run (20 steps)" in warning and "--warmup-steps" in warning
+    assert "warmup (200 steps) takes more than half of the run (20 steps)" in warning and "warmup_steps=" in warning
     assert not _warmup_warnings(_plan(batch_size=100, steps=20, warmup_steps=2))
     # DeiT's weight average (0.99996, about 25,000 steps) is longer than this run too.
     (ema,) = [w for w in plan.warnings if "weight average" in w]
-    assert "spans about 25,000 steps, more than the run (20 steps)" in ema and "--ema 0" in ema
+    assert "spans about 25,000 steps, more than the run (20 steps)" in ema and "ema=0" in ema
     assert _plan(batch_size=100, steps=20, warmup_steps=2, ema=0.5).warnings == ()
 
 
@@ -68,24 +68,24 @@ def test_any_batch_works_on_any_replica_count_and_bad_splits_name_the_fix():
     for replicas in (1, 2, 8):
         plan = _plan(batch_size=1024, num_replicas=replicas)
         assert (plan.per_replica_batch, plan.micro_batch) == (1024 // replicas, 1024 // replicas)
-    with pytest.raises(UserError, match=r"--batch-size 100 must be a multiple of .* use --batch-size 96"):
+    with pytest.raises(UserError, match=r"batch_size=100 must be a multiple of .* use batch_size=96"):
         _plan(batch_size=100, num_replicas=8)
-    with pytest.raises(UserError, match=r"accum-steps"):
+    with pytest.raises(UserError, match=r"accum_steps=3"):
         _plan(batch_size=100, num_replicas=2, accum_steps=3)
 
 
 def test_the_checks_of_image_size_and_unknown_sizes_are_one_line_each():
-    with pytest.raises(UserError, match=r"--image-size 30,30 is not a multiple of the model's patch \(7 px\): use "
-                                        r"--image-size 28,28"):
+    with pytest.raises(UserError, match=r"image_size=\(30, 30\) is not a multiple of the model's patch \(7 px\): "
+                                        r"use image_size=\(28, 28\)"):
         _plan(image_size=30)
 
     class Unknown:
         name, train_split, sizes, num_channels, num_classes, image_size = "tfrecord:x", "train", {"train": None}, 3, 2, None
 
     config = TrainConfig.create("deit", model=TINY, image_size=28)
-    with pytest.raises(UserError, match="cannot be turned into steps: give --steps"):
+    with pytest.raises(UserError, match="cannot be turned into steps: give steps=N"):
         plan_lib.resolve(config, Unknown(), TINY)
-    with pytest.raises(UserError, match="warmup of 5 epochs cannot be turned into steps: give --warmup-steps"):
+    with pytest.raises(UserError, match="warmup of 5 epochs cannot be turned into steps: give warmup_steps=N"):
         plan_lib.resolve(config.replace(steps=10), Unknown(), TINY)
 
 
@@ -108,3 +108,20 @@ def test_the_plan_orders_every_recipes_augmentation():
     assert {"op": "randaugment", "num_ops": 2, "magnitude": 0} in augreg.augmentation
     json.dumps(augreg.to_dict())  # config.json takes it as it is
     assert set(RECIPES) >= set(expected)
+
+
+def test_messages_name_flags_on_the_command_line_and_keywords_in_python(monkeypatch):
+    """#30: the same refusal in the caller's language."""
+    from keras_vit import _console
+    from keras_vit.training import memory
+
+    with pytest.raises(UserError, match=r"batch_size=100 .* use batch_size=96\.$"):
+        _plan(batch_size=100, num_replicas=8)
+    assert "accum_steps=4" in memory.ways_out(32) and "remat=True" in memory.ways_out(32)
+    assert "--" not in memory.ways_out(32)
+    monkeypatch.setattr(_console, "COMMAND_LINE", True)
+    with pytest.raises(UserError, match=r"--batch-size 100 .* use --batch-size 96\.$"):
+        _plan(batch_size=100, num_replicas=8)
+    with pytest.raises(UserError, match=r"--image-size 30,30 is not a multiple .* use --image-size 28,28"):
+        _plan(image_size=30)
+    assert "--accum-steps 4" in memory.ways_out(32) and "--remat" in memory.ways_out(32)

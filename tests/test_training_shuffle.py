@@ -144,7 +144,7 @@ def test_a_class_sorted_stream_in_one_file_warns_once(tmp_path, capsys):
     source = data_lib.open_source(config, dataset=single)
     assert source.shuffle_kind == "buffer"
     message = data_lib.check_stream_mixing(source, config)
-    assert message and "hold only" in message and "--shuffle-buffer" in message
+    assert message and "hold only" in message and "shuffle_buffer" in message
     assert capsys.readouterr().err.count("keras-vit: warning:") == 1
     assert data_lib.check_stream_mixing(source, _config(shuffle_buffer=10_000)) is None
 

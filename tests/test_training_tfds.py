@@ -112,7 +112,7 @@ def test_trains_on_a_two_worker_cluster(prepared, tmp_path):
 
 def test_an_unprepared_dataset_says_how_to_prepare_it(tmp_path):
     for spec in ("tfds:tiny_shades", "tfds:mnist"):
-        with pytest.raises(ValueError, match=r"is not prepared in .*download_and_prepare\(\).*--data-dir"):
+        with pytest.raises(ValueError, match=r"is not prepared in .*download_and_prepare\(\).*data_dir='DATA_DIR'"):
             data_lib.open_source(_config(spec, data_dir=str(tmp_path / "empty")))
     with pytest.raises(ValueError, match="not a prepared tfds dataset directory"):
         data_lib.open_source(_config(f"tfds:{tmp_path}"))

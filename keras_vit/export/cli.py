@@ -76,7 +76,7 @@ def run(args):
             labels=args.labels, name=args.name, version=args.version, top_k=args.top_k,
             num_validation=args.num_validation, num_calibration=args.num_calibration,
             latency_runs=args.latency_runs, weights=args.weights, image_size=args.image_size,
-            num_classes=args.num_classes, num_channels=args.num_channels, overwrite=args.overwrite, verbose=True,
+            num_classes=args.num_classes, num_channels=args.num_channels, overwrite=args.overwrite, verbose=not args.quiet,
             dynamic_image_size=args.dynamic_image_size)
     except UserError as error:  # bad input, or a missing extra (ExportError, MissingExtra)
         print(f"keras-vit export: error: {error}", file=sys.stderr)
@@ -84,5 +84,9 @@ def run(args):
     except CannotContinue as error:  # an artifact failed its validation (ExportFailed)
         print(f"keras-vit export: {error}", file=sys.stderr)
         return 1
+    if args.quiet:  # export() printed nothing: the table alone
+        from keras_vit.export.report import print_table
+
+        print_table(report)
     return 0 if report["passed"] else 1
 

@@ -14,7 +14,7 @@ import shutil
 import tempfile
 from typing import Optional
 
-from keras_vit import storage
+from keras_vit import _console, storage
 from keras_vit.export.registry import ExportError
 
 REPORT_FILE = "report.json"
@@ -29,7 +29,7 @@ def check_out(out: str, overwrite: bool) -> bool:
     blocker = _file_on_the_way(out)
     if blocker is not None:
         where = "" if blocker == os.path.abspath(out) else f" ({blocker!r} is a file)"
-        raise ExportError(f"--out {out!r} is not a folder{where}: give a folder for the export (it is created if "
+        raise ExportError(f"{_console.argument('out', out)} is not a folder{where}: give a folder for the export (it is created if "
                           f"missing).")
     entries = sorted(os.listdir(out)) if os.path.isdir(out) else []
     entries = [name for name in entries if not name.startswith(STAGING_PREFIX)]
@@ -37,11 +37,12 @@ def check_out(out: str, overwrite: bool) -> bool:
         return False
     shown = ", ".join(entries[:4]) + (f" and {len(entries) - 4} more" if len(entries) > 4 else "")
     if REPORT_FILE not in entries:
-        raise ExportError(f"--out {out!r} holds files that are not an export ({shown}): export into a new or "
+        raise ExportError(f"{_console.argument('out', out)} holds files that are not an export ({shown}): export into a new or "
                           f"empty folder.")
     if not overwrite:
-        raise ExportError(f"--out {out!r} already holds an export ({shown}): add --overwrite to replace it as a "
-                          f"whole, or choose another --out.")
+        raise ExportError(f"{_console.argument('out', out)} already holds an export ({shown}): add "
+                          f"{_console.argument('overwrite')} to replace it as a whole, or choose another "
+                          f"{_console.either('--out', 'out')}.")
     return True
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
-from keras_vit import runs
+from keras_vit import _console, runs
 from keras_vit.images import IMAGE_EXTENSIONS, find_images, load_images, model_inputs
 from keras_vit.errors import UserError
 
@@ -129,7 +129,7 @@ def folders_without_images(paths, recursive=False):
         nested = [] if recursive else find_images([path], recursive=True)
         if nested:
             folders = {Path(file).relative_to(path).parts[0] for file in nested}
-            why = (f"no image directly inside, {len(nested)} in {len(folders)} sub-folder(s): add --recursive to "
+            why = (f"no image directly inside, {len(nested)} in {len(folders)} sub-folder(s): add {_console.argument('recursive')} to "
                    f"read them")
         else:
             why = f"a folder without image files ({', '.join(IMAGE_EXTENSIONS)})"

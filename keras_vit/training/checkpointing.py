@@ -21,7 +21,7 @@ from typing import Optional, Tuple
 
 import numpy as np
 
-from keras_vit import runs, storage
+from keras_vit import _console, runs, storage
 from keras_vit.errors import UserError
 
 FORMAT = 1
@@ -150,7 +150,7 @@ class CheckpointManager:
         except Exception as error:  # noqa: BLE001 - any unreadable file gets the same advice
             raise IncompatibleCheckpointError(
                 f"Cannot read checkpoint {path} ({type(error).__name__}: {error}). Delete it to resume "
-                f"from an earlier one, or use a new --workdir.") from error
+                f"from an earlier one, or use a new {_console.either('--workdir', 'workdir')}.") from error
         return meta, arrays
 
     def check(self, meta: dict, model, optimizer, path: str) -> None:
@@ -171,7 +171,8 @@ class CheckpointManager:
                 f"The workdir {storage.dirname(self.directory)!r} holds a checkpoint ({storage.basename(path)}) "
                 f"of a different run, so it cannot be resumed and will not be overwritten:\n  - "
                 + "\n  - ".join(problems)
-                + "\nRe-run with the settings it was made with, or choose a new --workdir.")
+                + "\nRe-run with the settings it was made with, or choose a new "
+                + f"{_console.either('--workdir', 'workdir')}.")
 
     def restore(self, model, optimizer) -> Optional[Tuple[int, int]]:
         """Loads the latest checkpoint; returns (step, examples_seen), or None

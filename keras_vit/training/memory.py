@@ -21,6 +21,8 @@ import dataclasses
 import os
 from typing import Optional
 
+from keras_vit import _console
+
 ACTIVATION_FACTOR = 2.2
 RUNTIME_BYTES = 0.5e9  # TensorFlow, the input pipeline, XLA's own buffers
 REFUSE_ABOVE = 1.5
@@ -73,6 +75,8 @@ def gigabytes(n: float) -> str:
 
 def ways_out(micro_batch: int) -> str:
     smaller = max(1, micro_batch // 4)
-    return (f"lower --batch-size, or keep it and split each step with --accum-steps N (N micro-batches; "
-            f"{smaller} images per replica at a time with N = {micro_batch // smaller}), add --remat (about "
-            f"half the activations, for 1.2-1.3x the step time), or pick a smaller --model")
+    n = micro_batch // smaller
+    return (f"lower {_console.either('--batch-size', 'batch_size')}, or keep it and split each step with "
+            f"{_console.argument('accum_steps', n)} ({n} micro-batches of {smaller} images per replica), "
+            f"add {_console.argument('remat')} (about half the activations, for 1.2-1.3x the step time), "
+            f"or pick a smaller {_console.either('--model', 'model')}")

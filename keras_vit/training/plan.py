@@ -26,6 +26,7 @@ import dataclasses
 import math
 from typing import Optional, Tuple
 
+from keras_vit import _console
 from keras_vit.config import ViTConfig
 from keras_vit.errors import UserError
 from keras_vit.training.config import TrainConfig, with_aug_level
@@ -39,6 +40,7 @@ GEOMETRY = {
     "translate": ("resize", "translate"),
     "none": ("resize",),
 }
+arg = _console.argument  # a flag on the command line, a keyword in Python
 WARMUP_WARN_FRACTION = 0.5  # a warmup longer than this fraction of the run is named in a warning
 
 
@@ -154,16 +156,17 @@ def check_batch(batch: int, replicas: int, accum: int) -> None:
     if batch % (replicas * accum):
         multiple = replicas * accum
         nearest = max(multiple, batch // multiple * multiple)
-        raise UserError(f"--batch-size {batch} must be a multiple of replicas ({replicas}) x --accum-steps "
-                        f"({accum}) = {multiple}: use --batch-size {nearest}.")
+        raise UserError(f"{arg('batch_size', batch)} must be a multiple of replicas ({replicas}) x "
+                        f"{arg('accum_steps', accum)} = {multiple}: use {arg('batch_size', nearest)}.")
 
 
 def _steps(recipe, train_size, name) -> int:
     if not recipe.epochs:
         return recipe.steps
     if not train_size:
-        raise UserError(f"{name}: the size of the training split is unknown, so --epochs {recipe.epochs:g} (the "
-                        f"{recipe.name} recipe counts epochs) cannot be turned into steps: give --steps.")
+        raise UserError(f"{name}: the size of the training split is unknown, so {arg('epochs', recipe.epochs)} "
+                        f"(the {recipe.name} recipe counts epochs) cannot be turned into steps: give "
+                        f"{_console.either('--steps N', 'steps=N')}.")
     return max(1, math.ceil(recipe.epochs * train_size / recipe.batch_size))
 
 
@@ -172,7 +175,8 @@ def _warmup_steps(recipe, train_size, name) -> int:
         return recipe.warmup_steps
     if not train_size:
         raise UserError(f"{name}: the size of the training split is unknown, so the warmup of "
-                        f"{recipe.warmup_epochs:g} epochs cannot be turned into steps: give --warmup-steps.")
+                        f"{recipe.warmup_epochs:g} epochs cannot be turned into steps: give "
+                        f"{_console.either('--warmup-steps N', 'warmup_steps=N')}.")
     return int(round(recipe.warmup_epochs * train_size / recipe.batch_size))
 
 
@@ -180,16 +184,17 @@ def _warnings(recipe, train_size):
     out = []
     if recipe.warmup_steps > WARMUP_WARN_FRACTION * recipe.steps:
         out.append(f"the warmup ({recipe.warmup_steps} steps) takes more than half of the run ({recipe.steps} "
-                   f"steps): the learning rate reaches its peak late or never; give --warmup-steps "
-                   f"(e.g. {recipe.steps // 10}) or more --steps.")
+                   f"steps): the learning rate reaches its peak late or never; give "
+                   f"{arg('warmup_steps', recipe.steps // 10)} (for example) or more steps.")
     if recipe.ema and recipe.ema < 1 and 1 / (1 - recipe.ema) > recipe.steps:
         span = int(round(1 / (1 - recipe.ema)))
-        out.append(f"the weight average (--ema {recipe.ema:g}) spans about {span:,} steps, more than the run "
+        shorter = float(f"{1 - 10 / max(recipe.steps, 20):.2g}")
+        out.append(f"the weight average ({arg('ema', recipe.ema)}) spans about {span:,} steps, more than the run "
                    f"({recipe.steps} steps): evaluation and model.keras would stay near the first weights; give "
-                   f"--ema {1 - 10 / max(recipe.steps, 20):.2g} or --ema 0 (no average).")
+                   f"{arg('ema', shorter)} or {arg('ema', 0)} (no average).")
     if train_size and recipe.batch_size > train_size:
         fits = 1 << max(0, int(train_size).bit_length() - 1)
-        out.append(f"--batch-size {recipe.batch_size} is larger than the training set ({train_size} images): "
+        out.append(f"{arg('batch_size', recipe.batch_size)} is larger than the training set ({train_size} images): "
                    f"every step repeats images. A batch of {fits} or fewer fits the data.")
     return out
 
@@ -197,7 +202,8 @@ def _warnings(recipe, train_size):
 def _image_size(recipe, source) -> Tuple[int, int]:
     size = recipe.image_size or source.image_size
     if size is None:
-        raise UserError(f"{source.name} has images of varying size: set --image-size (e.g. --image-size 224).")
+        raise UserError(f"{source.name} has images of varying size: set the image size "
+                        f"(e.g. {arg('image_size', 224)}).")
     return (size, size) if isinstance(size, int) else tuple(int(s) for s in size)
 
 
@@ -205,8 +211,10 @@ def _check_patch_grid(image_size, model_config):
     stride = model_config.total_stride
     if any(side % stride for side in image_size):
         fitting = ",".join(str(max(stride, side // stride * stride)) for side in image_size)
-        raise UserError(f"--image-size {','.join(map(str, image_size))} is not a multiple of the model's patch "
-                        f"({stride} px): use --image-size {fitting}.")
+        given = ",".join(map(str, image_size)) if _console.COMMAND_LINE else tuple(image_size)
+        fitting = fitting if _console.COMMAND_LINE else tuple(int(f) for f in fitting.split(","))
+        raise UserError(f"{arg('image_size', given)} is not a multiple of the model's patch "
+                        f"({stride} px): use {arg('image_size', fitting)}.")
 
 
 def _eval_batch(batch, replicas):

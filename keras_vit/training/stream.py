@@ -27,6 +27,7 @@ from typing import Optional
 import numpy as np
 import tensorflow as tf
 
+from keras_vit import _console
 from keras_vit.errors import UserError
 from keras_vit.training.sources import warn
 
@@ -103,7 +104,7 @@ def check_stream_mixing(source, config) -> Optional[str]:
     message = (f"{source.name}: the first {len(labels):,} examples of the training stream (one shuffle block) hold "
                f"only {seen} of its {source.num_classes} classes: the records are stored in class order, so early "
                f"batches are no sample of the data. Spread the classes over more files (or write them shuffled), "
-               f"or raise --shuffle-buffer.")
+               f"or raise {_console.either('--shuffle-buffer', 'shuffle_buffer')}.")
     warn(message)
     return message
 

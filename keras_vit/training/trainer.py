@@ -24,7 +24,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from keras_vit import runs, storage
+from keras_vit import _console, runs, storage
 from keras_vit.errors import CannotContinue, UserError
 from keras_vit.model import fuse_gelu, rematerialize_blocks
 from keras_vit.training import data as data_lib
@@ -33,7 +33,7 @@ from keras_vit.training import plan as plan_lib
 from keras_vit.training import reporting
 from keras_vit.training.checkpointing import CheckpointManager
 from keras_vit.training.config import RECIPES, TrainConfig
-from keras_vit.training.optimization import averaged_weights, make_optimizer
+from keras_vit.training.optimization import averaged_weights, make_optimizer, rule_name
 from keras_vit.training.steps import CompiledSteps, resolve_jit_compile
 from keras_vit.training.strategies import is_chief, make_strategy, resolve_name
 from keras_vit.training.tasks import Task, make_task
@@ -211,7 +211,7 @@ class Trainer:
             "task": self.plan.task, "model": self.model_config.to_dict(),
             "image_size": list(self.plan.image_size), "num_classes": self.plan.num_classes,
             "num_channels": self.plan.num_channels,
-            "optimizer": type(getattr(self.optimizer, "inner_optimizer", self.optimizer)).__name__,
+            "optimizer": rule_name(self.optimizer),
             "precision": self.plan.precision,
         }
 
@@ -238,7 +238,8 @@ class Trainer:
         if replicas * squares != total * total:
             raise CannotContinue(
                 f"The workers restored different steps (this one {self.step}, the mean {total / replicas:g}): they do "
-                f"not see the same checkpoints in {self.manager.directory}. Give every worker the same --workdir on "
+                f"not see the same checkpoints in {self.manager.directory}. Give every worker the same "
+                f"{_console.either('--workdir', 'workdir')} on "
                 f"storage they all read (a shared filesystem, gs://), then re-run the same command.")
 
     def already_finished(self) -> dict:
@@ -247,8 +248,8 @@ class Trainer:
         finished = runs.read_results(self.config.workdir)
         if self.chief:
             print(f"keras-vit train: the run in {self.config.workdir} already finished at step {self.step}; its "
-                  f"results ({runs.RESULTS_FILE}) are left as they are. Raise --steps to train further, or "
-                  f"choose a new --workdir.", flush=True)
+                  f"results ({runs.RESULTS_FILE}) are left as they are. Raise {_console.either('--steps', 'steps')} "
+                  f"to train further, or choose a new {_console.either('--workdir', 'workdir')}.", flush=True)
         finished["already_finished"] = True
         return finished
 
@@ -351,7 +352,8 @@ class Trainer:
                 raise NonFiniteLossError(
                     f"The training loss became {row_logs['loss']} at step {self.step}. Training stopped; the "
                     f"last good checkpoint ({self.manager.latest() or 'none yet'}) is kept. Lower the learning "
-                    f"rate (--learning-rate), keep gradient clipping on (--grad-clip-norm), or check the data; "
+                    f"rate ({_console.either('--learning-rate', 'learning_rate')}), keep gradient clipping on "
+                    f"({_console.either('--grad-clip-norm', 'grad_clip_norm')}), or check the data; "
                     f"re-running the command resumes from that checkpoint.")
             self.history.append(row_logs)
             _notify(self.callbacks, "on_step_end", self.step, row_logs)
@@ -500,14 +502,15 @@ def resolve_model_config(config: TrainConfig, initial=None):
     base = _base_model_config(config, initial)
     if config.patch_size is not None and config.patch_size != base.patch_size:
         if initial is not None:
-            raise UserError(f"--patch-size {config.patch_size} differs from the pre-trained weights' "
+            raise UserError(f"{_console.argument('patch_size', config.patch_size)} differs from the pre-trained weights' "
                             f"patch size {base.patch_size}.")
         base = base.replace(patch_size=config.patch_size)
     if config.position_embedding is not None and config.position_embedding != base.position_embedding:
         if initial is not None:
-            raise UserError(f"--position-embedding {config.position_embedding} differs from the pre-trained "
-                            f"weights' {base.position_embedding!r} ({initial.description}): drop "
-                            f"--position-embedding, or train from scratch without --weights.")
+            raise UserError(f"{_console.argument('position_embedding', config.position_embedding)} differs from "
+                            f"the pre-trained weights' {base.position_embedding!r} ({initial.description}): drop "
+                            f"{_console.either('--position-embedding', 'position_embedding')}, or train from "
+                            f"scratch without {_console.either('--weights', 'weights')}.")
         base = base.replace(position_embedding=config.position_embedding)
     recipe = config.recipe
     representation = (base.representation_size or base.hidden_size) if recipe.representation_layer else None
@@ -517,9 +520,10 @@ def resolve_model_config(config: TrainConfig, initial=None):
     if initial is not None and chosen is not None and chosen != base.classifier:
         named = RECIPES.get(recipe.name)
         if named is None or named.classifier != chosen:
-            raise UserError(f"--classifier {chosen} contradicts the pre-trained weights ({initial.description}), "
-                            f"which use the {base.classifier!r} classifier: drop --classifier, or train from "
-                            f"scratch without --weights.")
+            raise UserError(f"{_console.argument('classifier', chosen)} contradicts the pre-trained weights "
+                            f"({initial.description}), which use the {base.classifier!r} classifier: drop "
+                            f"{_console.either('--classifier', 'classifier')}, or train from scratch without "
+                            f"{_console.either('--weights', 'weights')}.")
     return base.replace(
         representation_size=representation,
         classifier=(chosen or base.classifier) if initial is None else base.classifier,
@@ -533,7 +537,8 @@ def _base_model_config(config, initial):
     """The variant named by --model, or the architecture of the weights (which must agree)."""
     if config.model is None:
         if initial is None or initial.source_config is None:
-            raise UserError("Name a model (--model, e.g. B/16), unless --weights is a .keras file or a workdir.")
+            raise UserError(f"Name a model ({_console.argument('model', 'B/16')}, for example), unless "
+                            f"{_console.either('--weights', 'weights')} is a .keras file or a workdir.")
         return initial.source_config
     base = get_variant(config.model)
     source = initial.source_config if initial is not None else None
@@ -542,8 +547,9 @@ def _base_model_config(config, initial):
     # A .keras model or workdir: its architecture is what loads.
     sizes = ("hidden_size", "num_layers", "num_heads", "mlp_dim")
     if any(getattr(source, k) != getattr(base, k) for k in sizes) or (source.resnet is None) != (base.resnet is None):
-        raise UserError(f"--model {config.model} does not match the architecture of the weights "
-                        f"({initial.description}): leave --model out to take the weights' own.")
+        raise UserError(f"{_console.argument('model', config.model)} does not match the architecture of the "
+                        f"weights ({initial.description}): leave {_console.either('--model', 'model')} out to take "
+                        f"the weights' own.")
     return source
 
 

@@ -15,7 +15,7 @@ import dataclasses
 import os
 from typing import Optional, Union
 
-from keras_vit import runs, storage
+from keras_vit import _console, runs, storage
 from keras_vit.errors import UserError
 from keras_vit.weights import checkpoint_params, load_weights
 from keras_vit.config import ViTConfig
@@ -53,7 +53,7 @@ def resolve_weights(weights: Optional[str]) -> Optional[InitialWeights]:
         try:
             source = find_vit(runs.load_model(path))
         except runs.ModelFileError as error:
-            raise UserError(f"--weights: {error}") from None
+            raise UserError(f"{_console.either('--weights', 'weights')}: {error}") from None
         params = checkpoint_params(source)
         params.pop("head/kernel", None)
         params.pop("head/bias", None)
