@@ -16,9 +16,12 @@ line can describe itself without starting TensorFlow.
 
 from __future__ import annotations
 
+import contextlib
+import importlib.util
 import json
 import os
 import zipfile
+import zlib
 from typing import List, Optional, Sequence, Union
 
 from keras_vit import storage
@@ -31,6 +34,12 @@ LABELS_FILE = "labels.txt"
 RESULTS_FILE = "results.json"
 CHECKPOINTS_DIR = "checkpoints"
 TENSORBOARD_DIR = "tensorboard"
+
+# The members of a Keras 3 `.keras` archive (keras.src.saving.saving_lib): the
+# config and metadata Keras reads first, and the weights in one of two formats.
+_KERAS_CONFIG = "config.json"
+_KERAS_METADATA = "metadata.json"
+_KERAS_WEIGHTS = ("model.weights.h5", "model.weights.npz")
 
 # Keys of results.json (or of a labels .json file) that may hold class names,
 # in the order tried: "labels" is what this package writes.
@@ -90,15 +99,18 @@ def load_model(path: PathLike, compile: bool = False, include_preprocessing: Opt
     model as saved.
 
     Works without a prior `import keras_vit` (this function registers the
-    ViT layers). A missing path, a folder without model.keras and a file that
-    is not a readable `.keras` model each raise ModelFileError naming which.
+    ViT layers). A missing path, a folder without model.keras, a file that
+    is not a whole `.keras` archive and a model of classes defined outside
+    Keras and keras_vit each raise ModelFileError naming which. Any other
+    failure to load is raised as it is (a bug: the command line shows it so).
     """
     file = model_path(path)
-    try:
-        with storage.local_copy(file) as local:  # Keras reads local files only
-            model = _load_local(file, local, compile)
-    except OSError as error:  # a remote file that cannot be copied
-        raise ModelFileError(f"{file!r} cannot be read ({error.strerror or error}).") from error
+    with contextlib.ExitStack() as stack:
+        try:
+            local = stack.enter_context(storage.local_copy(file))  # Keras reads local files only
+        except OSError as error:  # a remote file that cannot be copied
+            raise ModelFileError(f"{file!r} cannot be read ({error.strerror or error}).") from error
+        model = _load_local(file, local, compile)
     if include_preprocessing is not None:
         if not hasattr(model, "with_preprocessing"):
             raise UserError(f"{file!r} holds a {type(model).__name__}, not a keras_vit ViT: include_preprocessing "
@@ -108,23 +120,99 @@ def load_model(path: PathLike, compile: bool = False, include_preprocessing: Opt
 
 
 def _load_local(file: str, local: str, compile: bool):
-    """Keras' model from the local copy `local` of `file` (the name in messages)."""
-    if not zipfile.is_zipfile(local):
-        raise ModelFileError(f"{file!r} exists but cannot be read as a .keras model: it is not a zip archive "
-                             f"(truncated or corrupt copy?). Re-copy it, or re-run the training that wrote it.")
+    """Keras' model from the local copy `local` of `file` (the name in messages).
+
+    What the user can fix is checked first, each with its own message: an
+    archive that is not whole, and classes defined outside Keras and
+    keras_vit. Past these checks a failure is Keras' or ours (a `from_config`
+    that no longer takes what an older keras_vit saved), so it is not caught:
+    the command line shows it as a bug, with its traceback."""
+    config = _archive_config(file, local)
     import keras
 
     import keras_vit.layers  # noqa: F401 - registers the ViT layers for deserialisation
     import keras_vit.model  # noqa: F401
 
+    foreign = _foreign_classes(config, keras)
+    if foreign:
+        raise ModelFileError(f"{file!r} holds {', '.join(foreign)}, defined outside Keras and keras_vit: load it with "
+                             f"keras.saving.load_model after importing the code that defines "
+                             f"{'them' if len(foreign) > 1 else 'it'}.")
+    return keras.saving.load_model(local, compile=compile)
+
+
+def _unreadable(file: str, why: str) -> ModelFileError:
+    return ModelFileError(f"{file!r} exists but cannot be read as a .keras model{why}. Re-copy it, or re-run the "
+                          f"training that wrote it.")
+
+
+def _archive_config(file: str, local: str) -> dict:
+    """The model config of the `.keras` archive `local`, once the archive is
+    known to be whole: every member's checksum, the JSON Keras reads first,
+    and a weights file (a truncated or corrupt copy fails one of these)."""
+    if not zipfile.is_zipfile(local):
+        raise _unreadable(file, ": it is not a zip archive (truncated or corrupt copy?)")
     try:
-        return keras.saving.load_model(local, compile=compile)
-    except Exception as error:  # noqa: BLE001 - Keras raises many kinds for a damaged archive
-        reason = " ".join(str(error).split())
-        if len(reason) > 300:
-            reason = reason[:300] + "..."
-        raise ModelFileError(f"{file!r} exists but cannot be read as a .keras model ({type(error).__name__}: "
-                             f"{reason}). Re-copy it, or re-run the training that wrote it.") from error
+        with zipfile.ZipFile(local) as archive:
+            damaged = archive.testzip()  # reads every member: Keras would stop half-way on the first bad one
+            names = set(archive.namelist())
+            texts = {name: archive.read(name) for name in (_KERAS_CONFIG, _KERAS_METADATA) if name in names}
+    except (zipfile.BadZipFile, zlib.error, EOFError) as error:  # what zipfile raises for damaged data
+        raise _unreadable(file, f" ({type(error).__name__}: {_short(error)})") from error
+    if damaged is not None:
+        raise _unreadable(file, f" (its member {damaged} is damaged: bad checksum)")
+    if _KERAS_CONFIG not in texts:
+        raise _unreadable(file, f": the archive has no {_KERAS_CONFIG} (not a Keras 3 model file?)")
+    if not names & set(_KERAS_WEIGHTS):
+        raise _unreadable(file, f": the archive has no {' or '.join(_KERAS_WEIGHTS)}")
+    parsed = {}
+    for name, text in texts.items():
+        try:
+            parsed[name] = json.loads(text)
+        except ValueError as error:  # json.JSONDecodeError, UnicodeDecodeError
+            raise _unreadable(file, f" (its {name} is damaged: {type(error).__name__}: {_short(error)})") from error
+    if not isinstance(parsed[_KERAS_CONFIG], dict):
+        raise _unreadable(file, f" (its {_KERAS_CONFIG} holds no model config)")
+    return parsed[_KERAS_CONFIG]
+
+
+def _short(error: BaseException) -> str:
+    reason = " ".join(str(error).split())
+    return reason if len(reason) <= 300 else reason[:300] + "..."
+
+
+# Keras imports these packages itself when a file names them (keras.saving.serialization_lib).
+_KERAS_IMPORTS = ("keras", "keras_hub", "keras_cv", "keras_nlp")
+
+
+def _foreign_classes(config: dict, keras) -> List[str]:
+    """Registered names of the classes in a model config that neither Keras
+    nor keras_vit defines and nothing has registered: a model built with
+    someone's own layers, which keras_vit cannot rebuild. A class of Keras or
+    keras_vit is never foreign: if it fails to load, that is a bug to show."""
+    found = []
+    for entry in _class_entries(config):
+        module, name = entry.get("module"), entry.get("registered_name") or entry.get("class_name")
+        if not isinstance(module, str) or not isinstance(name, str):
+            continue  # Keras' own plain values (tuples, dtypes) name no module
+        package = module.split(".")[0]
+        if package == "keras_vit" or (package in _KERAS_IMPORTS and importlib.util.find_spec(package)):
+            continue
+        if keras.saving.get_registered_object(name) is None and name not in found:
+            found.append(name)
+    return found
+
+
+def _class_entries(data):
+    """Every serialised object (a dict with a "class_name") inside a Keras config."""
+    if isinstance(data, dict):
+        if "class_name" in data:
+            yield data
+        for value in data.values():
+            yield from _class_entries(value)
+    elif isinstance(data, list):
+        for value in data:
+            yield from _class_entries(value)
 
 
 # --- labels -------------------------------------------------------------------------------------------------
@@ -140,25 +228,35 @@ def read_labels(source: Union[PathLike, Sequence[str]]) -> List[str]:
     text = storage.read_text(path)
     if os.path.splitext(path)[1].lower() == ".json":
         try:
-            return _names(json.loads(text))
-        except (ValueError, TypeError, KeyError) as error:
-            raise UserError(f"Labels file {path!r} is not a JSON list of class names "
-                            f"({error}).") from None
+            data = json.loads(text)
+        except ValueError as error:  # json.JSONDecodeError
+            raise UserError(f"Labels file {path!r} is not a JSON list of class names ({error}).") from None
+        return _names(data, f"Labels file {path!r}")
     names = [line.rstrip("\r") for line in text.split("\n")]
     while names and not names[-1].strip():  # a trailing newline is not a class
         names.pop()
     return names
 
 
-def _names(data) -> List[str]:
+def _names(data, where: str) -> List[str]:
+    """Class names from a list, {index: name}, or an object with one of _LABEL_KEYS;
+    `where` ("Labels file 'x.json'") begins the UserError for anything else."""
     if isinstance(data, dict):
         for key in _LABEL_KEYS:
             if key in data:
-                return _names(data[key])
-        return [str(data[k]) for k in sorted(data, key=int)]
+                return _names(data[key], where)
+        return [str(data[k]) for k in sorted(data, key=lambda k: _class_index(k, where))]
     if isinstance(data, list):
         return [str(name) for name in data]
-    raise TypeError(f"expected a list of names, got {type(data).__name__}")
+    raise UserError(f"{where} is not a JSON list of class names (expected a list of names, got "
+                    f"{type(data).__name__}).")
+
+
+def _class_index(key: str, where: str) -> int:
+    try:
+        return int(key)
+    except ValueError:
+        raise UserError(f"{where} is not a JSON list of class names ({key!r} is not a class index).") from None
 
 
 def find_labels(path: PathLike) -> Optional[List[str]]:
@@ -170,7 +268,7 @@ def find_labels(path: PathLike) -> Optional[List[str]]:
     results = read_results(workdir)
     for key in _LABEL_KEYS:
         if isinstance(results.get(key), (list, dict)):
-            return _names(results[key])
+            return _names(results[key], f"{key!r} in {storage.join(workdir, RESULTS_FILE)!r}")
     return None
 
 
@@ -185,10 +283,15 @@ def write_labels(workdir: PathLike, labels: Optional[Sequence[str]], num_classes
 # --- config and results -------------------------------------------------------------------------------------
 
 def read_json(path: PathLike) -> dict:
-    """A JSON object from `path`; {} when the file is missing or unreadable."""
+    """A JSON object from `path`; {} when the file is missing or is not a JSON
+    object. Any other failure to read it (permissions, a lost connection) is raised."""
     try:
-        data = json.loads(storage.read_text(path))
-    except (OSError, ValueError):
+        raw = storage.read_bytes(path)
+    except FileNotFoundError:
+        return {}
+    try:
+        data = json.loads(raw)
+    except ValueError:  # not JSON (json.JSONDecodeError) or not text (UnicodeDecodeError)
         return {}
     return data if isinstance(data, dict) else {}
 

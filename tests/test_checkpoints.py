@@ -239,3 +239,91 @@ def test_offline_error_names_the_url_and_the_fix(checkpoint_server, monkeypatch)
     with pytest.raises(ValueError, match=r"Could not download the checkpoint http://127\.0\.0\.1:\d+/imagenet21k/"
                                          r"ViT-B_32\.npz.*pass its local path.*weights='/path/to/ViT-B_32\.npz'"):
         keras_vit.ViT_B32(weights="imagenet21k")
+
+
+# --- failures: the user's one line, or a bug's traceback; nothing left behind (#30) -------------------------
+
+def _closed_port():
+    """A loopback port nothing listens on: connecting is refused, as offline."""
+    import socket
+
+    with socket.socket() as closed:
+        closed.bind(("127.0.0.1", 0))
+        return closed.getsockname()[1]
+
+
+def test_a_failed_download_leaves_no_cache_folder(checkpoint_server, tmp_path):
+    home = tmp_path / "keras_home"  # KERAS_HOME, not there yet
+    with pytest.raises(ValueError, match="Could not download the checkpoint .*HTTPError"):  # 404
+        keras_vit.from_pretrained("augreg-imagenet21k:Ti/16")
+    assert not home.exists()
+    # A cache that was there stays as it was; only what the download created goes.
+    (home / "keras_vit").mkdir(parents=True)
+    (home / "keras_vit" / "other.npz").write_bytes(b"kept")
+    with pytest.raises(ValueError, match="Could not download"):
+        keras_vit.from_pretrained("augreg-imagenet21k:Ti/16")
+    assert [p.name for p in home.rglob("*")] == ["keras_vit", "other.npz"]
+
+
+def test_a_download_cut_short_leaves_no_partial_file(tmp_path, monkeypatch):
+    class CutShort(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            self.send_response(200)
+            self.send_header("Content-Length", "100000")
+            self.end_headers()
+            self.wfile.write(b"\x00" * 1000)  # then the connection closes
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), CutShort)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    monkeypatch.setenv("KERAS_VIT_WEIGHTS_URL", f"http://127.0.0.1:{server.server_address[1]}/")
+    monkeypatch.setenv("KERAS_HOME", str(tmp_path / "keras_home"))
+    try:
+        with pytest.raises(ValueError, match="Could not download the checkpoint .*ContentTooShortError.*got only "
+                                             "1000 of 100000 bytes"):
+            keras_vit.from_pretrained("augreg-imagenet21k:Ti/16")
+    finally:
+        server.shutdown()
+    assert not (tmp_path / "keras_home").exists()
+
+
+def test_refused_download_and_corrupt_npz_are_one_line_exit_2(tmp_path, rng, monkeypatch, capsys):
+    from tests.test_runs import _cli, _png, assert_user_error
+
+    monkeypatch.setenv("KERAS_VIT_WEIGHTS_URL", f"http://127.0.0.1:{_closed_port()}/")
+    monkeypatch.setenv("KERAS_HOME", str(tmp_path / "keras_home"))
+    image = _png(tmp_path / "a.png")
+    code, err = _cli(["predict", "augreg-imagenet21k:Ti/16", image], capsys)
+    assert_user_error(code, err, "predict", "Could not download the checkpoint")
+    assert "refused" in err and not (tmp_path / "keras_home").exists()
+    good = write_npz(tmp_path / "good.npz", official_params(tiny_config(), (4, 4), 3, rng=rng))
+    (tmp_path / "cut.npz").write_bytes(open(good, "rb").read()[:2000])
+    code, err = _cli(["predict", tmp_path / "cut.npz", image], capsys)
+    assert_user_error(code, err, "predict", "is not a readable .npz checkpoint")
+
+
+def test_bugs_in_a_download_helper_and_a_weights_loader_are_shown_as_bugs(checkpoint_server, tmp_path, rng,
+                                                                        monkeypatch, capsys):
+    from keras_vit import pretrained
+    from keras_vit.weights import hub
+    from tests.test_runs import _cli, _png, assert_bug
+
+    image = _png(tmp_path / "a.png")
+
+    def stream(url, out):
+        raise TypeError("write() argument must be bytes, not None (simulated bug)")
+
+    monkeypatch.setattr(hub, "_stream", stream)
+    code, err = _cli(["predict", "augreg-imagenet21k:Ti/16", image], capsys)
+    assert_bug(code, err, "simulated bug")
+    assert "Could not download" not in err and not (tmp_path / "keras_home").exists()
+
+    def load_checkpoint(model, params):
+        raise TypeError("unhashable type: 'list' (simulated bug)")
+
+    monkeypatch.setattr(pretrained, "load_checkpoint", load_checkpoint)
+    good = write_npz(tmp_path / "good.npz", official_params(tiny_config(), (4, 4), 3, rng=rng))
+    code, err = _cli(["predict", good, image], capsys)
+    assert_bug(code, err, "simulated bug")

@@ -40,7 +40,7 @@ def test_missing_model_file_and_workdir(tmp_path):
 
 def test_input_the_format_cannot_take(tmp_path):
     two_channels = keras_vit.ViT(keras_vit.ViTConfig(**TINY), image_size=8, num_classes=3, num_channels=2)
-    with pytest.raises(ExportError, match="saved_model: .*decodes images to 1, 3 or 4 channels.*takes 2"):
+    with pytest.raises(ExportError, match="saved_model: .*decodes images to 1 or 3 channels.*takes 2"):
         export(two_channels, "saved_model", str(tmp_path), verbose=False)
     features = keras_vit.ViT(keras_vit.ViTConfig(**TINY), image_size=8, include_top=False, num_channels=1)
     with pytest.raises(ExportError, match="include_top=False"):
@@ -96,3 +96,81 @@ def test_cli_reports_errors_with_exit_code_2(tmp_path, capsys):
     assert "does not exist" in capsys.readouterr().err
     assert main(["export", str(tmp_path), "--formats", "pdf"]) == 2
     assert "Unknown export format" in capsys.readouterr().err
+
+
+# --- bugs shown as bugs, the user's mistakes as one line (#30) ----------------------------------------------
+
+def _export_cli(source, tmp_path, *extra):
+    return ["export", str(source), "--formats", "saved_model", "--out", str(tmp_path / "out"), "--quiet", *extra]
+
+
+def test_a_bug_while_resolving_the_source_is_shown_as_a_bug(tiny_model, tmp_path, monkeypatch, capsys):
+    from tests.test_runs import _cli, assert_bug
+
+    tiny_model.save(tmp_path / "model.keras")
+
+    def check_model(model):
+        raise ValueError("operands could not be broadcast together (simulated bug)")
+
+    monkeypatch.setattr(source_lib, "_check_model", check_model)
+    code, err = _cli(_export_cli(tmp_path / "model.keras", tmp_path), capsys)
+    assert_bug(code, err, "simulated bug")
+    with pytest.raises(ValueError, match="simulated bug") as raised:
+        export(str(tmp_path / "model.keras"), "saved_model", str(tmp_path / "out"), verbose=False)
+    assert not isinstance(raised.value, ExportError)
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_bug_in_a_weights_loader_during_export_is_shown_as_a_bug(tmp_path, monkeypatch, capsys):
+    from keras_vit.weights import npz
+    from tests.test_runs import _cli, assert_bug
+
+    model = keras_vit.ViT("Mu/4", image_size=28, num_classes=10, num_channels=1)
+    weights = keras_vit.save_weights(model, str(tmp_path / "mu4.npz"))
+
+    def load_checkpoint(model, params, old_grid=None):
+        raise ValueError("cannot reshape array of size 48 into shape (4,4,1,16) (simulated bug)")
+
+    monkeypatch.setattr(npz, "load_checkpoint", load_checkpoint)
+    code, err = _cli(_export_cli("Mu/4", tmp_path, "--weights", weights, "--image-size", "28", "--num-classes", "10",
+                                 "--num-channels", "1"), capsys)
+    assert_bug(code, err, "simulated bug")
+
+
+def test_a_bug_while_loading_the_data_is_shown_as_a_bug(tiny_model, tmp_path, monkeypatch, capsys):
+    from tests.test_runs import _cli, assert_bug
+
+    tiny_model.save(tmp_path / "model.keras")
+    np.savez(tmp_path / "data.npz", images=np.zeros((4, 8, 8, 1), np.uint8), labels=np.arange(4) % 3)
+
+    def conform(images, image_size, num_channels):
+        raise TypeError("'NoneType' object is not subscriptable (simulated bug)")
+
+    monkeypatch.setattr(data_lib, "conform", conform)
+    code, err = _cli(_export_cli(tmp_path / "model.keras", tmp_path, "--data", tmp_path / "data.npz"), capsys)
+    assert_bug(code, err, "simulated bug")
+
+
+def test_bad_sources_and_data_are_one_line_and_exit_2(tiny_model, tmp_path, capsys):
+    from tests.test_runs import _cli, assert_user_error
+
+    tiny_model.save(tmp_path / "model.keras")
+    good = tmp_path / "data.npz"
+    np.savez(good, images=np.zeros((4, 8, 8, 1), np.uint8), labels=np.arange(4) % 3)
+    (tmp_path / "cut.npz").write_bytes(good.read_bytes()[:300])
+    (tmp_path / "text.npy").write_text("not an array")
+    (tmp_path / "not_zip.keras").write_bytes(b"not a zip at all")
+    model = tmp_path / "model.keras"
+    cases = [
+        (_export_cli(tmp_path / "missing.keras", tmp_path), "does not exist"),
+        (_export_cli(tmp_path / "not_zip.keras", tmp_path), "not a zip archive"),
+        (_export_cli("no_such_thing", tmp_path), "neither a model file, a workdir nor a variant"),
+        (_export_cli(model, tmp_path, "--data", tmp_path / "none.npz"), "does not exist"),
+        (_export_cli(model, tmp_path, "--data", tmp_path / "cut.npz"), "cut.npz' is not a readable .npz file"),
+        (_export_cli(model, tmp_path, "--data", tmp_path / "text.npy"), "text.npy' is not a readable .npy file"),
+        (_export_cli(model, tmp_path, "--labels", tmp_path / "none.txt"), "none.txt"),
+    ]
+    for argv, fragment in cases:
+        code, err = _cli(argv, capsys)
+        assert_user_error(code, err, "export", fragment)
+    assert not (tmp_path / "out").exists()

@@ -229,9 +229,9 @@ def test_dynamic_imports_name_their_modules_in_the_source():
 
 # --- at run time: what importing a module really loads ---------------------------------------------------------
 
-def imported_after(module):
-    """The modules loaded by importing `module` in a fresh process."""
-    script = (f"import sys, importlib; importlib.import_module({module!r})\n"
+def imported_after(module, first="sys"):
+    """The modules loaded by importing `module` in a fresh process (after `first`)."""
+    script = (f"import sys, importlib, {first}; importlib.import_module({module!r})\n"
               "print('\\n'.join(sorted(sys.modules)))")
     done = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=180,
                           env={**os.environ, "PYTHONPATH": ROOT, "TF_CPP_MIN_LOG_LEVEL": "3"})
@@ -239,9 +239,12 @@ def imported_after(module):
     return set(done.stdout.split())
 
 
-def test_importing_keras_vit_starts_neither_keras_nor_tensorflow():
-    loaded = imported_after("keras_vit")
+def test_the_command_lines_import_of_keras_vit_starts_neither_keras_nor_tensorflow():
+    """The `keras-vit` command (keras_vit_cli) answers --help at once; a program's
+    `import keras_vit` imports Keras, to register the layers (#30, tests/test_guest.py)."""
+    loaded = imported_after("keras_vit", first="keras_vit_cli")
     assert not {"keras", "tensorflow", "jax", "torch"} & loaded, sorted(loaded)
+    assert {"keras", "keras_vit.model"} <= imported_after("keras_vit")
 
 
 @pytest.mark.parametrize("module", ["keras_vit.model", "keras_vit.pretrained", "keras_vit.model_source",

@@ -3,9 +3,12 @@ HF_HUB_OFFLINE with a cache pre-filled in huggingface_hub's layout
 (models--ORG--NAME/refs/REV -> snapshots/COMMIT/FILES)."""
 
 import json
+import os
 import shutil
+import time
 
 import huggingface_hub.constants
+import huggingface_hub.utils
 import numpy as np
 import pytest
 import transformers
@@ -15,17 +18,20 @@ from tests.sources_helpers import perturb_torch, photos, torch_logits
 from tests.test_sources_timm import hf_reference, timm_config, timm_state, write_timm
 
 COMMIT = "0123456789abcdef0123456789abcdef01234567"
+httpx = huggingface_hub.utils.httpx  # huggingface_hub's HTTP client
 
 
-@pytest.fixture
-def hub_cache(tmp_path, monkeypatch):
-    """An offline, empty Hugging Face cache; returns a function that puts a repo snapshot in it."""
+def _hf_cache(tmp_path, monkeypatch, offline):
+    """An empty Hugging Face cache; returns a function that puts a repo snapshot in it."""
     cache = tmp_path / "hf_cache"
     cache.mkdir()
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setenv("HF_HUB_CACHE", str(cache))
+    if offline:
+        monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    else:
+        monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
     # huggingface_hub reads both when it is imported: set its constants too.
-    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", offline)
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(cache))
 
     def put(repo, source_dir, refs=("main",)):
@@ -37,6 +43,26 @@ def hub_cache(tmp_path, monkeypatch):
         return root
 
     return put
+
+
+@pytest.fixture
+def hub_cache(tmp_path, monkeypatch):
+    """An offline, empty Hugging Face cache; returns a function that puts a repo snapshot in it."""
+    return _hf_cache(tmp_path, monkeypatch, offline=True)
+
+
+@pytest.fixture
+def unreachable_hub(tmp_path, monkeypatch):
+    """Online (HF_HUB_OFFLINE unset), but every connection is refused, as on a
+    machine without a network; returns (put, the URLs asked for)."""
+    asked = []
+
+    def refuse(transport, request):
+        asked.append(str(request.url))
+        raise httpx.ConnectError("[Errno 111] Connection refused", request=request)
+
+    monkeypatch.setattr(httpx.HTTPTransport, "handle_request", refuse)
+    return _hf_cache(tmp_path, monkeypatch, offline=False), asked
 
 
 def test_hf_repo_from_the_cache(tmp_path, hub_cache):
@@ -79,3 +105,49 @@ def test_timm_name_from_the_cache(tmp_path, hub_cache):
                                  gelu_approximate=False)
     same = keras_vit.ViT(config, image_size=32, num_classes=5, weights="timm:vit_tiny_patch8_32.test")
     np.testing.assert_allclose(np.asarray(same(images)), torch_logits(hf, images), atol=1e-4, rtol=0)
+
+
+# --- an unreachable Hub, bugs and mistakes (#30) -----------------------------------------------------------
+
+def _tiny_hf(tmp_path):
+    hf = transformers.ViTForImageClassification(transformers.ViTConfig(
+        hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64, image_size=32,
+        patch_size=8, num_labels=3)).eval()
+    hf.save_pretrained(tmp_path / "hf")
+    return hf
+
+
+def test_an_unreachable_hub_answers_at_once_without_retries(tmp_path, unreachable_hub, capsys):
+    """huggingface_hub alone retries an unreachable Hub for ~23 s; one refused probe is enough to know."""
+    from tests.test_runs import _cli, _png, assert_user_error
+
+    put, asked = unreachable_hub
+    start = time.monotonic()
+    with pytest.raises(ValueError, match=r"hf:google/vit-base-patch16-224.*offline.*not in the Hugging Face "
+                                         r"cache.*pass its local directory"):
+        keras_vit.from_pretrained("hf:google/vit-base-patch16-224")
+    assert time.monotonic() - start < 5
+    assert len([url for url in asked if "vit-base-patch16-224" in url]) == 1, asked  # no retries
+    code, err = _cli(["predict", "hf:google/vit-base-patch16-224", _png(tmp_path / "a.png")], capsys)
+    assert_user_error(code, err, "predict", "offline")
+    # What is in the cache is used at once, as huggingface_hub would after its retries.
+    hf = _tiny_hf(tmp_path)
+    put("google/vit-tiny-test", tmp_path / "hf")
+    start = time.monotonic()
+    model = keras_vit.from_pretrained("hf:google/vit-tiny-test")
+    assert time.monotonic() - start < 5
+    images = photos(32)
+    np.testing.assert_allclose(np.asarray(model(images)), torch_logits(hf, images), atol=1e-4, rtol=0)
+    assert os.environ.get("HF_HUB_OFFLINE") is None and huggingface_hub.constants.HF_HUB_OFFLINE is False
+
+
+def test_a_bug_in_the_hub_download_is_shown_as_a_bug(tmp_path, hub_cache, monkeypatch, capsys):
+    from tests.test_runs import _cli, _png, assert_bug
+
+    def hf_hub_download(*args, **kwargs):
+        raise TypeError("hf_hub_download() got an unexpected keyword argument 'simulated_bug'")
+
+    monkeypatch.setattr(huggingface_hub, "hf_hub_download", hf_hub_download)
+    code, err = _cli(["predict", "hf:google/vit-base-patch16-224", _png(tmp_path / "a.png")], capsys)
+    assert_bug(code, err, "simulated_bug")
+    assert "offline" not in err

@@ -209,3 +209,33 @@ def test_save_pretrained_replaces_the_directory_whole_and_keeps_it_on_failure(tm
     with pytest.raises(errors.UserError, match="also holds README.md"):
         keras_vit.save_pretrained(second, tmp_path / "out")
     assert (tmp_path / "out" / "README.md").read_text() == "mine"
+
+
+def test_a_transformers_folder_as_train_weights_fine_tunes_its_encoder(tmp_path, capsys):
+    """#30: `keras-vit train --weights HF_FOLDER` (as predict/export take it): the folder's
+    architecture and numerics, its encoder exactly, a new zero head."""
+    from PIL import Image
+
+    from keras_vit.cli import main
+
+    hf = transformers.ViTForImageClassification(hf_config(num_labels=5)).eval()
+    perturb_torch(hf, 3)
+    hf.save_pretrained(tmp_path / "hf")
+    images = photos(SIZE)
+    for i, image in enumerate(images):  # a class per photo, ten copies each (every 10th is held out)
+        folder = tmp_path / "photos" / "ab"[i]
+        folder.mkdir(parents=True)
+        for copy in range(10):
+            Image.fromarray(np.clip(image * 127.5 + 127.5, 0, 255).astype("uint8")).save(folder / f"{copy}.png")
+    workdir = tmp_path / "run"
+    assert main(["train", "--weights", str(tmp_path / "hf"), "--dataset", f"folder:{tmp_path / 'photos'}",
+                 "--recipe", "finetune", "--steps", "0", "--warmup-steps", "0", "--batch-size", "4", "--image-size", str(SIZE),
+                 "--workdir", str(workdir), "--no-progress", "--strategy", "default", "--no-jit"]) == 0, \
+        capsys.readouterr().err
+    tuned = keras_vit.load_model(str(workdir))
+    source = keras_vit.from_pretrained(str(tmp_path / "hf"), include_top=False)
+    assert tuned.config.gelu_approximate is False and tuned.config.layer_norm_epsilon == 1e-12
+    assert tuned.num_classes == 2 and not np.any(tuned.get_layer("head").kernel.numpy())
+    features = keras_vit.ViT(tuned.config, image_size=SIZE, include_top=False)
+    features.set_weights([w for w, v in zip(tuned.get_weights(), tuned.weights) if not v.path.startswith("head")])
+    np.testing.assert_allclose(np.asarray(features(images)), np.asarray(source(images)), atol=1e-5, rtol=0)

@@ -85,7 +85,7 @@ def test_a_failed_model_save_keeps_the_previous_model(tmp_path):
 
 
 def test_local_runs_never_start_tensorflow(tmp_path):
-    script = ("import sys\nfrom keras_vit import runs\n"
+    script = ("import sys, keras_vit_cli  # as the command line imports keras_vit\nfrom keras_vit import runs\n"
               f"runs.write_results({str(tmp_path)!r}, {{'status': 'finished'}})\n"
               f"runs.write_labels({str(tmp_path)!r}, None, 2)\n"
               f"assert runs.read_results({str(tmp_path)!r}) == {{'status': 'finished'}}\n"

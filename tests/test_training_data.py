@@ -107,6 +107,17 @@ def test_image_folder_with_one_subfolder_per_class(tmp_path):
                                atol=1e-5)
 
 
+def test_a_folder_under_home_is_found_as_folder_tilde(tmp_path, monkeypatch):
+    """#30: `--dataset folder:~/photos` (the shell leaves that ~ alone) is the folder in the home directory."""
+    for name in ("cat", "dog"):
+        os.makedirs(tmp_path / "photos" / name)
+        for i in range(10):
+            (tmp_path / "photos" / name / f"{i}.png").write_bytes(_png(i))
+    monkeypatch.setenv("HOME", str(tmp_path))
+    source = data_lib.open_source(_config(dataset="folder:~/photos"))
+    assert source.num_classes == 2 and source.sizes == {"train": 18, "eval": 2}
+
+
 def test_tfrecords_of_encoded_images(tmp_path):
     def write(path, values):
         with tf.io.TFRecordWriter(str(path)) as writer:

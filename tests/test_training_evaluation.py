@@ -39,3 +39,57 @@ def test_too_few_examples_for_the_shots_is_an_error():
     with pytest.raises(ValueError, match="needs 5 examples of class 1"):
         few_shot_linear_eval(np.zeros((6, 2)), np.array([0, 0, 0, 0, 0, 1]), np.zeros((2, 2)), np.array([0, 1]),
                              shots=(5,))
+
+
+def _tensorflow_warnings(run):
+    """The messages TensorFlow's logger records while `run()` runs."""
+    import logging
+
+    import tensorflow as tf
+
+    messages = []
+
+    class Keep(logging.Handler):
+        def emit(self, record):
+            messages.append(record.getMessage())
+
+    keep = Keep(logging.WARNING)
+    tf.get_logger().addHandler(keep)
+    try:
+        run()
+    finally:
+        tf.get_logger().removeHandler(keep)
+    return messages
+
+
+def test_feature_extraction_of_several_models_and_batch_sizes_does_not_retrace():
+    """#30: no "triggered tf.function retracing" warning from our own few-shot code."""
+    import keras
+    import tensorflow as tf
+
+    from keras_vit.training.evaluation import extract_features
+
+    def run():
+        for _ in range(3):
+            model = keras.Sequential([keras.Input((8,)), keras.layers.Dense(4)])
+            for n in (10, 7, 23):
+                data = {"image": np.ones((n, 8), "float32"), "label": np.arange(n)}
+                features, labels = extract_features(model, tf.data.Dataset.from_tensor_slices(data).batch(4))
+                assert features.shape == (n, 4) and list(labels) == list(range(n))
+
+    assert not [m for m in _tensorflow_warnings(run) if "retracing" in m]
+
+
+def test_training_on_a_tf_data_dataset_makes_tensorflow_warn_nothing(tmp_path):
+    """#30: AutoGraph could not transform the lambdas that hold out every 10th example."""
+    import tensorflow as tf
+
+    from keras_vit.training import TrainConfig, train
+
+    images = np.random.default_rng(0).integers(0, 255, (40, 28, 28, 1)).astype("uint8")
+    dataset = tf.data.Dataset.from_tensor_slices((images, np.arange(40) % 2))
+    config = TrainConfig.create("scratch", model="Mu/4", patch_size=7, workdir=str(tmp_path), steps=2, batch_size=8,
+                                warmup_steps=0, progress=False, strategy="default", jit_compile=False,
+                                eval_batch_size=8, fewshot_shots=(1,))
+    warnings = _tensorflow_warnings(lambda: train(config, dataset=dataset))
+    assert not [m for m in warnings if "AutoGraph" in m or "retracing" in m], warnings

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import zipfile
+import zlib
 from typing import Optional, Tuple
 
 import numpy as np
@@ -74,7 +76,7 @@ def read(spec, image_size: Optional[Tuple[int, int]] = None, num_channels: Optio
     elif isinstance(spec, (str, os.PathLike)):
         data = _load_path(os.fspath(spec), image_size, num_channels)
     else:
-        raise TypeError(f"Cannot read images from {type(spec).__name__}: give 'mnist', a path, an array "
+        raise UserError(f"Cannot read images from {type(spec).__name__}: give 'mnist', a path, an array "
                         f"or (images, labels).")
     return Images(data.images, _labels(data), data.source)
 
@@ -102,16 +104,30 @@ def _load_path(path: str, image_size=None, num_channels=None) -> Images:
     if storage.isdir(path):
         return _load_folder(path, image_size, num_channels)
     if path.endswith(".npy"):
-        with storage.open(path, "rb") as f:
-            return Images(np.load(f), None, path)
+        return Images(_read_arrays(path), None, path)
     if path.endswith(".npz"):
-        with storage.open(path, "rb") as f, np.load(f) as arrays:
-            images = next((arrays[k] for k in ("images", "x", "x_test") if k in arrays), None)
-            labels = next((arrays[k] for k in ("labels", "y", "y_test") if k in arrays), None)
+        arrays = _read_arrays(path)
+        images = next((arrays[k] for k in ("images", "x", "x_test") if k in arrays), None)
+        labels = next((arrays[k] for k in ("labels", "y", "y_test") if k in arrays), None)
         if images is None:
-            raise UserError(f"{path} has no 'images' (or 'x') array; it has {sorted(arrays.files)}.")
+            raise UserError(f"{path} has no 'images' (or 'x') array; it has {sorted(arrays)}.")
         return Images(images, labels, path)
     raise UserError(f"Cannot read images from {path!r}: expected 'mnist', .npz, .npy or a folder of images.")
+
+
+def _read_arrays(path: str):
+    """The array of a `.npy` file, or {name: array} of an `.npz`; a UserError
+    for a file numpy cannot read (truncated, corrupt, pickled objects)."""
+    try:
+        with storage.open(path, "rb") as f:
+            loaded = np.load(f, allow_pickle=False)
+            if not isinstance(loaded, np.lib.npyio.NpzFile):
+                return loaded
+            with loaded:  # an .npz reads its members lazily: read them while the file is open
+                return {name: loaded[name] for name in loaded.files}
+    except (zipfile.BadZipFile, zlib.error, EOFError, ValueError) as error:  # what numpy and zipfile raise for bad data
+        raise UserError(f"{path!r} is not a readable {os.path.splitext(path)[1]} file ({type(error).__name__}: "
+                        f"{error}): it may be truncated or corrupt.") from error
 
 
 def _load_folder(path: str, size=None, num_channels=None) -> Images:
@@ -151,7 +167,10 @@ def conform(images, image_size: Tuple[int, int], num_channels: int) -> np.ndarra
     to ITU-R 601 luma, alpha dropped; bilinear antialiased resize). Values are rounded to
     whole pixels, so the PNG-encoded copy the bytes signature sees is exact.
     """
-    images = np.asarray(images, dtype=np.float32)
+    try:
+        images = np.asarray(images, dtype=np.float32)
+    except (ValueError, TypeError) as error:  # ragged lists, strings, objects
+        raise UserError(f"Images must be numbers (N, H, W, C): {error}.") from None
     if images.ndim == 2 and images.shape[1] == image_size[0] * image_size[1] * num_channels:
         images = images.reshape(-1, *image_size, num_channels)  # flat rows, as in MNIST CSVs
     if images.ndim == 3:
@@ -164,7 +183,7 @@ def conform(images, image_size: Tuple[int, int], num_channels: int) -> np.ndarra
         raise UserError("Images look like [-1, 1] floats; exports take pixels 0..255 (preprocessing is inside).")
     try:
         images = images_lib.convert_channels(images, num_channels)
-    except ValueError:
+    except UserError:
         raise UserError(f"Images have {images.shape[-1]} channels; the model takes {num_channels}.") from None
     images = images_lib.resize(images, image_size)
     return np.clip(np.round(images), 0, 255).astype(np.float32)

@@ -33,7 +33,7 @@ from typing import Any, Dict, List, Optional
 import numpy as np
 
 from keras_vit import _console, storage
-from keras_vit.errors import CannotContinue, MissingExtra
+from keras_vit.errors import CannotContinue, MissingExtra, UserError
 from keras_vit.export import install as install_lib
 from keras_vit.export.format import Build, ExportFormat
 from keras_vit.export.install import LABELS_FILE, REPORT_FILE
@@ -41,6 +41,12 @@ from keras_vit.export.registry import FORMATS, OPTIONAL_FORMATS, REGISTRY, Expor
 
 __all__ = ["FORMATS", "OPTIONAL_FORMATS", "ExportError", "ExportFailed", "Exporter", "export", "parse_formats",
            "LABELS_FILE", "REPORT_FILE"]
+
+# What the user can fix, raised where it is checked: a UserError (a bad value,
+# name, file or data), or a path that does not exist. Any other error while
+# resolving the source or loading the data is a bug, and is not disguised as
+# bad input: the command line shows its traceback.
+_BAD_INPUT = (UserError, FileNotFoundError)
 
 
 class ExportFailed(CannotContinue):
@@ -182,7 +188,7 @@ class Exporter:
 
         try:
             return source_lib.resolve(model_or_path, **source)
-        except (FileNotFoundError, ValueError) as error:
+        except _BAD_INPUT as error:
             _as_export_error(error)
 
     def usable_formats(self, model):
@@ -201,7 +207,7 @@ class Exporter:
                 skipped[name] = str(error)
                 self.say(f"{name} skipped (a default format; its packages are not installed): {error}")
                 continue
-            except ValueError as error:
+            except UserError as error:
                 raise ExportError(f"{name}: {error}") from error
             usable.append(fmt)
         if not usable:
@@ -226,7 +232,7 @@ class Exporter:
             if any(fmt.calibrated for fmt in formats):
                 self._calibration(data, size, channels)
             data.validation = data_lib.sample(data.validation, self.num_validation)
-        except (FileNotFoundError, ValueError, TypeError) as error:
+        except _BAD_INPUT as error:
             _as_export_error(error)
         return data
 

@@ -6,12 +6,13 @@ Resolves to the Keras model, its class labels and a name for the artifacts.
 from __future__ import annotations
 
 import dataclasses
-from keras_vit.errors import UserError
 import os
 import re
 from typing import List
 
 import keras
+
+from keras_vit.errors import UserError
 
 
 @dataclasses.dataclass
@@ -72,7 +73,7 @@ def resolve(model_or_path, *, weights=None, image_size=None, num_classes=None, n
 def _variant_name(text, variants, canonical_name):
     try:
         return canonical_name(text) in variants
-    except (ValueError, KeyError):
+    except UserError:  # not a variant's name: a path or a checkpoint name, perhaps
         return False
 
 
@@ -81,8 +82,8 @@ def _from_variant(variant, weights, image_size, num_classes, num_channels):
 
     try:
         get_variant(variant)
-    except ValueError as error:
-        raise FileNotFoundError(f"{variant!r} is neither a model file, a workdir nor a variant, nor a checkpoint "
+    except UserError as error:
+        raise UserError(f"{variant!r} is neither a model file, a workdir nor a variant, nor a checkpoint "
                                 f"name ('hf:ORG/NAME', 'kerashub:PRESET', 'imagenet21k:B/16', ...). {error}") from None
     if weights is None:
         raise UserError(f"Exporting variant {variant!r} needs weights (an .npz path or a checkpoint name): "

@@ -83,12 +83,11 @@ def few_shot_linear_eval(
 def extract_features(feature_model, batches) -> tuple:
     """(features, labels) of a dataset of {"image", "label"[, "weight"]} batches;
     weight-0 (padding) examples are dropped."""
-    import tensorflow as tf
-
-    predict = tf.function(lambda images: feature_model(images, training=False))
+    # Keras' own predict function: compiled once per model, for any batch size
+    # (a tf.function made here on each call retraced, and TensorFlow warned).
     features, labels = [], []
     for batch in batches:
         keep = np.asarray(batch["weight"]) > 0 if "weight" in batch else slice(None)
-        features.append(np.asarray(predict(batch["image"]), np.float32)[keep])
+        features.append(np.asarray(feature_model.predict_on_batch(batch["image"]), np.float32)[keep])
         labels.append(np.asarray(batch["label"])[keep])
     return np.concatenate(features), np.concatenate(labels)

@@ -544,6 +544,20 @@ def _tfds_files(split_info):
     return out
 
 
+# Named, not lambdas: AutoGraph cannot tell two lambdas on one line apart and
+# says so in a warning to the user.
+def _is_held_out(index, example):
+    return index % HELD_OUT_EVERY == HELD_OUT_EVERY - 1
+
+
+def _is_kept(index, example):
+    return index % HELD_OUT_EVERY != HELD_OUT_EVERY - 1
+
+
+def _unnumbered(index, example):
+    return example
+
+
 def _object_source(config, dataset, shard) -> Source:
     """train(config, dataset=...): see open_source."""
     if isinstance(dataset, (tuple, list)) and len(dataset) == 2 and all(isinstance(d, np.ndarray) for d in dataset):
@@ -565,8 +579,8 @@ def _object_source(config, dataset, shard) -> Source:
     if held is None:
         # One dataset: every 10th example is held out for evaluation.
         numbered = train.enumerate()
-        held = numbered.filter(lambda i, e: i % HELD_OUT_EVERY == HELD_OUT_EVERY - 1).map(lambda i, e: e)
-        train = numbered.filter(lambda i, e: i % HELD_OUT_EVERY != HELD_OUT_EVERY - 1).map(lambda i, e: e)
+        held = numbered.filter(_is_held_out).map(_unnumbered)
+        train = numbered.filter(_is_kept).map(_unnumbered)
     datasets = {"train": train, "eval": held}
     image_spec = train.element_spec[0]
     if image_spec.shape.rank != 3 or image_spec.shape[-1] is None:
@@ -699,6 +713,8 @@ def open_source(config, dataset=None, shard=(0, 1)) -> Source:
     if spec == "mnist5k":
         return _mnist5k_source(config)
     kind, _, arg = spec.partition(":")
+    # The shell expands ~ only at the start of a word: folder:~/photos reaches us as typed.
+    arg = os.path.expanduser(arg) if kind in ("folder", "list", "tfrecord") else arg
     if kind == "tfds" and arg:
         return _tfds_source(config, arg)
     if kind == "folder" and arg:

@@ -15,9 +15,10 @@ import dataclasses
 import os
 from typing import Optional, Union
 
-from keras_vit import _console, runs, storage
+from keras_vit import _console, model_source, runs, storage
 from keras_vit.errors import UserError
 from keras_vit.weights import checkpoint_params, load_weights
+from keras_vit.weights.sources import open_checkpoint
 from keras_vit.config import ViTConfig
 from keras_vit.model import ViT
 
@@ -49,6 +50,11 @@ def resolve_weights(weights: Optional[str]) -> Optional[InitialWeights]:
     if weights is None:
         return None
     path = os.fspath(weights)
+    if model_source.is_checkpoint(path) and os.path.isdir(path):
+        # An HF transformers, keras-hub or timm folder, as predict/export take it: its architecture too.
+        checkpoint = open_checkpoint(path)
+        params = {k: v for k, v in checkpoint.params.items() if not k.startswith("head/")}
+        return InitialWeights(params, checkpoint.config, checkpoint.num_channels, f"checkpoint {path}")
     if storage.isdir(path) or path.endswith(".keras"):
         try:
             source = find_vit(runs.load_model(path))

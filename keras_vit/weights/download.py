@@ -1,7 +1,8 @@
 """hf:ORG/NAME and timm:NAME: files fetched once through huggingface_hub into
 its own cache (HF_HUB_CACHE, with its progress bar; HF_HUB_OFFLINE=1 reads the
-cache only). Only config.json and model.safetensors are ever fetched: pickled
-pytorch_model.bin files are refused, never downloaded."""
+cache only, and so does a Hub that does not answer, at once). Only config.json
+and model.safetensors are ever fetched: pickled pytorch_model.bin files are
+refused, never downloaded."""
 
 from __future__ import annotations
 
@@ -17,12 +18,55 @@ def _hub():
     return require("huggingface_hub", "hub", "Downloading an hf: or timm: checkpoint")
 
 
-def _fetch(repo: str, filename: str, revision: Optional[str], source: str, required: bool = True) -> Optional[str]:
+# Seconds the probe waits for the Hub's answer: huggingface_hub's own first try.
+_PROBE_TIMEOUT = 10
+
+
+def _connection_errors() -> tuple:
+    """What huggingface_hub raises when it cannot reach the Hub: its HTTP
+    client's failures to connect or to hear back (httpx from huggingface_hub
+    1.0, requests before), and its offline mode (HF_HUB_OFFLINE=1)."""
+    from huggingface_hub import errors, utils
+
+    try:
+        client = utils.httpx
+    except AttributeError:  # huggingface_hub < 1.0
+        import requests
+
+        return requests.ConnectionError, requests.Timeout, errors.OfflineModeIsEnabled
+    return client.ConnectError, client.TimeoutException, errors.OfflineModeIsEnabled
+
+
+def _reachable(repo: str, filename: str, revision: Optional[str]) -> bool:
+    """Whether the Hub answers one HEAD request for a file of `repo` (any
+    answer, "not found" included), asked once, without retries.
+
+    huggingface_hub retries an unreachable Hub for ~23 s before it falls back
+    to its cache; knowing at once that it is unreachable, _fetch reads the
+    cache only (local_files_only, an argument: nothing in the process's
+    environment is changed) and answers in a moment."""
+    hub = _hub()
+    from huggingface_hub import errors
+
+    url = hub.hf_hub_url(repo, filename, revision=revision)
+    try:
+        hub.get_hf_file_metadata(url, timeout=_PROBE_TIMEOUT)
+    except _connection_errors():
+        return False
+    except errors.HfHubHTTPError:
+        pass  # the Hub answered: hf_hub_download reports what it said
+    return True
+
+
+def _fetch(repo: str, filename: str, revision: Optional[str], source: str, required: bool = True,
+           online: bool = True) -> Optional[str]:
+    """The local path of `filename` of `repo`, from the Hub or (not `online`) from the cache only."""
     hub = _hub()
     from huggingface_hub import errors
 
     try:
-        return hub.hf_hub_download(repo, filename, revision=revision, library_name="keras-vit")
+        return hub.hf_hub_download(repo, filename, revision=revision, library_name="keras-vit",
+                                   local_files_only=not online)
     except errors.RemoteEntryNotFoundError:
         if not required:
             return None
@@ -36,18 +80,25 @@ def _fetch(repo: str, filename: str, revision: Optional[str], source: str, requi
             cached = hub.try_to_load_from_cache(repo, "pytorch_model.bin", revision=revision)
             if isinstance(cached, str):
                 _refuse_pickle_only(repo, revision, source)
-        from keras_vit import _console
-
-        local = f"/path/to/{repo.split('/')[-1]}"
-        example = (f"{local} in place of {source}" if _console.COMMAND_LINE else
-                   f"keras_vit.from_pretrained('{local}')")
-        raise UserError(  # a ValueError, as before: the fix is a local path
-            f"Could not get {filename} of {source} ({repo}{'@' + revision if revision else ''}): this machine is "
-            f"offline (or HF_HUB_OFFLINE=1) and it is not in the Hugging Face cache. Download the repository "
-            f"elsewhere (`hf download {repo}`, or `save_pretrained`) and pass its local directory, e.g. {example}."
-        ) from error
+        raise _offline(repo, filename, revision, source, "this machine is offline (or HF_HUB_OFFLINE=1)") from error
     except (errors.RepositoryNotFoundError, errors.RevisionNotFoundError, errors.GatedRepoError) as error:
         raise UserError(f"{source}: {type(error).__name__}: {str(error).splitlines()[0]}") from error
+    except _connection_errors() as error:  # the connection failed during the download
+        raise _offline(repo, filename, revision, source,
+                       f"the download failed ({type(error).__name__}: {error})") from error
+
+
+def _offline(repo, filename, revision, source, why: str) -> UserError:
+    from keras_vit import _console
+
+    local = f"/path/to/{repo.split('/')[-1]}"
+    example = (f"{local} in place of {source}" if _console.COMMAND_LINE else
+               f"keras_vit.from_pretrained('{local}')")
+    return UserError(  # a ValueError, as before: the fix is a local path
+        f"Could not get {filename} of {source} ({repo}{'@' + revision if revision else ''}): {why} and it is not "
+        f"in the Hugging Face cache. Download the repository elsewhere (`hf download {repo}`, or "
+        f"`save_pretrained`) and pass its local directory, e.g. {example}."
+    )
 
 
 def _refuse_pickle_only(repo, revision, source):
@@ -61,8 +112,9 @@ def _refuse_pickle_only(repo, revision, source):
 def hf_directory(repo: str, revision: Optional[str] = None) -> str:
     """The local snapshot directory of an HF transformers repo (config.json + model.safetensors)."""
     source = f"hf:{repo}" + (f"@{revision}" if revision else "")
-    config = _fetch(repo, "config.json", revision, source)
-    weights = _fetch(repo, "model.safetensors", revision, source)
+    online = _reachable(repo, "config.json", revision)
+    config = _fetch(repo, "config.json", revision, source, online=online)
+    weights = _fetch(repo, "model.safetensors", revision, source, online=online)
     directory = os.path.dirname(config)
     if os.path.dirname(weights) != directory:  # pragma: no cover - one snapshot holds both
         raise CannotContinue(f"{source}: config.json and model.safetensors came from different snapshots.")
@@ -73,5 +125,6 @@ def timm_files(name: str, revision: Optional[str] = None) -> Tuple[str, Optional
     """(model.safetensors, config.json or None) of timm's HF Hub repo timm/NAME."""
     repo = name if "/" in name else f"timm/{name}"
     source = f"timm:{name}" + (f"@{revision}" if revision else "")
-    config = _fetch(repo, "config.json", revision, source, required=False)
-    return _fetch(repo, "model.safetensors", revision, source), config
+    online = _reachable(repo, "model.safetensors", revision)
+    config = _fetch(repo, "config.json", revision, source, required=False, online=online)
+    return _fetch(repo, "model.safetensors", revision, source, online=online), config

@@ -7,11 +7,16 @@ Set KERAS_VIT_WEIGHTS_URL to use a mirror.
 
 from __future__ import annotations
 
+import contextlib
+import http.client
 import os
+import ssl
+import urllib.error
 import urllib.parse
+import urllib.request
 from typing import Dict, List
 
-from keras_vit import _console
+from keras_vit import _console, storage
 from keras_vit.errors import UserError
 from keras_vit.variants import canonical_name
 
@@ -106,29 +111,86 @@ def checkpoint_url(variant, weights: str) -> str:
 
 
 def cache_dir() -> str:
-    """KERAS_HOME (read now, not when Keras was imported), else ~/.keras;
-    created, since Keras silently falls back to /tmp/.keras for a folder
-    that does not exist yet."""
-    path = os.path.expanduser(os.environ.get("KERAS_HOME", os.path.join("~", ".keras")))
-    os.makedirs(path, exist_ok=True)
-    return path
+    """KERAS_HOME (read now, not when Keras was imported), else ~/.keras: the
+    Keras cache, which the checkpoints share. Not created here: a download
+    creates the folders it needs, and removes them again if it fails."""
+    return os.path.expanduser(os.environ.get("KERAS_HOME", os.path.join("~", ".keras")))
+
+
+# Seconds the server may stay silent (connecting, or between two reads)
+# before a download counts as failed; a slow but live link never waits so long.
+_TIMEOUT = 60
+_CHUNK = 1 << 20
+# What a download raises when the network or the server fails it (urllib
+# wraps the failures of connecting in URLError; reading raises the others).
+# A full disk or a folder that cannot be written is an OSError of another
+# kind, raised as it is.
+_NETWORK_ERRORS = (urllib.error.URLError, http.client.HTTPException, ConnectionError, TimeoutError, ssl.SSLError)
 
 
 def download(url: str) -> str:
-    """Downloads `url` once into the Keras cache (with a progress bar); returns the local path."""
-    import keras
+    """Downloads `url` once into the Keras cache (with a progress bar); returns the local path.
 
+    The file appears whole or not at all (written under a temporary name
+    beside its place, then renamed), and a failed download leaves nothing:
+    no partial file, and none of the cache folders it created."""
     path = urllib.parse.unquote(url).split("/")
     fname, subdir = path[-1], path[-2].replace("+", "_")
+    folder = os.path.join(cache_dir(), "keras_vit", subdir)
+    target = os.path.join(folder, fname)
+    if os.path.isfile(target):
+        return target
     try:
-        return keras.utils.get_file(fname=fname, origin=url, cache_dir=cache_dir(),
-                                    cache_subdir=os.path.join("keras_vit", subdir))
-    except Exception as error:  # network errors come in many types
-        local = f"/path/to/{fname}"
-        example = (f"{_console.argument('weights', local)} (or the file itself where a command takes MODEL)"
-                   if _console.COMMAND_LINE else _console.argument("weights", local))
-        raise UserError(  # a ValueError, as before: the fix is a local path
-            f"Could not download the checkpoint {url} ({type(error).__name__}: {error}). "
-            f"If this machine is offline, download that file elsewhere and pass its local path, "
-            f"e.g. {example}."
-        ) from error
+        with _folders_kept_on_success(folder):
+            storage.write_bytes(target, lambda f: _stream(url, f))
+    except _NETWORK_ERRORS as error:
+        raise _could_not_download(url, fname, error) from error
+    return target
+
+
+def _stream(url: str, out) -> None:
+    """Copies `url` into the open file `out`, with Keras' progress bar."""
+    import keras
+
+    print(f"Downloading data from {url}", flush=True)
+    with urllib.request.urlopen(url, timeout=_TIMEOUT) as response:
+        size = response.headers.get("Content-Length")
+        size = int(size) if size and size.isdigit() else None
+        progress = keras.utils.Progbar(size)
+        done = 0
+        while chunk := response.read(_CHUNK):
+            out.write(chunk)
+            done += len(chunk)
+            progress.update(done)
+    if size is not None and done < size:  # a connection closed early reads as a short end, not an error
+        raise urllib.error.ContentTooShortError(f"retrieval incomplete: got only {done} of {size} bytes", None)
+
+
+@contextlib.contextmanager
+def _folders_kept_on_success(folder: str):
+    """Creates `folder` and its missing parents; if the `with` fails, removes
+    the ones it created (never a folder that was there before)."""
+    created = []
+    parent = os.path.abspath(folder)
+    while not os.path.isdir(parent):
+        created.append(parent)
+        parent = os.path.dirname(parent)
+    os.makedirs(folder, exist_ok=True)
+    try:
+        yield
+    except BaseException:
+        for made in created:  # deepest first; a folder something else filled meanwhile stays
+            with contextlib.suppress(OSError):
+                os.rmdir(made)
+        raise
+
+
+def _could_not_download(url: str, fname: str, error: BaseException) -> UserError:
+    local = f"/path/to/{fname}"
+    example = (f"{_console.argument('weights', local)} (or the file itself where a command takes MODEL)"
+               if _console.COMMAND_LINE else _console.argument("weights", local))
+    return UserError(  # a ValueError, as before: the fix is a local path
+        f"Could not download the checkpoint {url} ({type(error).__name__}: {error}). "
+        f"If this machine is offline, download that file elsewhere and pass its local path, "
+        f"e.g. {example}."
+    )
