@@ -47,9 +47,19 @@ def test_input_the_format_cannot_take(tmp_path):
         export(features, "tflite", str(tmp_path), verbose=False)
 
 
-def test_int8_needs_calibration_data(tiny_model, tmp_path):
-    with pytest.raises(ExportError, match="representative sample of your data"):
+def test_int8_needs_calibration_data_named_in_the_callers_words(tiny_model, tmp_path, capsys):
+    with pytest.raises(ExportError, match="representative sample of your data: pass validation_data= or "
+                                          "calibration_data="):
         export(tiny_model, "tflite-int8", str(tmp_path), verbose=False)
+    # The command line names its flag (#30: the README's command lacked it, the message named keywords).
+    tiny_model.save(str(tmp_path / "tiny.keras"))
+    from keras_vit.cli import main
+
+    capsys.readouterr()
+    assert main(["export", str(tmp_path / "tiny.keras"), "--formats", "tflite-int8", "--out",
+                 str(tmp_path / "out")]) == 2
+    (line,) = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert "pass --data FOLDER" in line and "calibration_data" not in line, line
 
 
 def test_labels_must_match_the_classes(tiny_model, tmp_path):

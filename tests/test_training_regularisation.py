@@ -65,6 +65,49 @@ def test_layer_decay_scales_each_depth_geometrically():
         np.testing.assert_allclose(before[path] - after[path], 0.1 * scale, rtol=1e-5, err_msg=path)
 
 
+@pytest.mark.parametrize("fields", [dict(optimizer="sgd", momentum=0.9), dict(optimizer="adam", momentum=0.9),
+                                    dict(optimizer="adamw", momentum=0.9)], ids=lambda f: f["optimizer"])
+def test_layer_decay_is_the_base_rule_at_a_scaled_rate(fields):
+    # Two steps (so that momenta count): each variable moves as the same
+    # optimizer without layer decay moves it at learning rate x its scale.
+    rate, scale = 0.5, {"head/kernel": 1.0, "Transformer/encoderblock_1/LayerNorm_0/gamma": 0.25,
+                        "posembed_input/pos_embedding": 0.0625}
+    moved = {}
+    for lr_scale in (None, *sorted(set(scale.values()))):
+        model = _model()
+        decay = dict(layer_decay=rate) if lr_scale is None else dict(learning_rate=0.1 * lr_scale)
+        optimizer = optimization.make_optimizer(_recipe(**fields, **decay), "float32", model.trainable_variables,
+                                                DEEP.num_layers)
+        start, _ = _step(model, optimizer, gradient=1.0)
+        _, end = _step(model, optimizer, gradient=-0.5)
+        moved[lr_scale] = {p: end[p] - start[p] for p in scale}
+    for path, s in scale.items():
+        np.testing.assert_allclose(moved[None][path], moved[s][path], rtol=1e-5, atol=1e-8, err_msg=path)
+
+
+def test_layer_decay_optimizers_serialise_and_checkpoint_as_their_base_rule():
+    import keras
+
+    from keras_vit.training.checkpointing import variable_keys
+
+    model = _model()
+    recipe = _recipe(optimizer="adamw", weight_decay=0.05, ema=0.9, layer_decay=0.5)
+    optimizer = optimization.make_optimizer(recipe, "float32", model.trainable_variables, DEEP.num_layers)
+    loaded = keras.optimizers.deserialize(keras.optimizers.serialize(optimizer))
+    assert type(loaded) is optimization.LayerDecayAdamW and loaded.get_config() == optimizer.get_config()
+    assert loaded.layer_scales["cls/cls"] == 0.5 ** 4 and loaded.layer_scales["head/kernel"] == 1.0
+    # The same checkpoint names and fingerprint as AdamW alone: runs from before LayerDecay resume.
+    plain = optimization.make_optimizer(_recipe(optimizer="adamw", weight_decay=0.05, ema=0.9), "float32",
+                                        model.trainable_variables, DEEP.num_layers)
+    for o in (optimizer, plain):
+        o.build(model.trainable_variables)
+    assert (variable_keys([v.path for v in optimizer.variables], "optimizer")
+            == variable_keys([v.path for v in plain.variables], "optimizer"))
+    assert optimization.rule_name(optimizer) == optimization.rule_name(plain) == "AdamW"
+    loss_scaled = optimization.make_optimizer(recipe, "mixed_float16", model.trainable_variables, DEEP.num_layers)
+    assert optimization.rule_name(loss_scaled) == "AdamW"
+
+
 def test_the_moving_average_is_the_hand_computed_one_and_swaps_in_and_out():
     model = _model()
     optimizer = optimization.make_optimizer(_recipe(ema=0.9), "float32", model.trainable_variables,

@@ -248,7 +248,9 @@ class Exporter:
                 data.validation, self.num_calibration)
         else:
             raise ExportError("tflite-int8 is calibrated on a representative sample of your data: pass "
-                              "calibration_data= or validation_data= (--data on the command line).")
+                              + _console.either("--data FOLDER (a folder of your images, mnist, an .npz or a .npy)",
+                                                "validation_data= or calibration_data= (a folder, an array, ...)")
+                              + ".")
 
     def announce(self, src, data: _Data) -> None:
         from keras_vit.export import data as data_lib

@@ -34,6 +34,7 @@ FLATBUFFER_LIMIT = 2 * 1024**3  # TFLite models are single flatbuffers (< 2 GiB)
 LABELS_METADATA = "labels"  # the metadata entry holding the class names, one per line
 SOURCE_DIR = "tflite_source"  # in the shared scratch folder: one converter source for every kind
 FOREIGN_OPS = ("CUSTOM", "DELEGATE")  # besides Flex*: ops a phone's builtin-only runtime lacks
+FILE_IDENTIFIER = b"TFL3"  # schema.fbs' file_identifier: every .tflite flatbuffer carries it
 
 
 class UnsupportedOpsError(CannotContinue):
@@ -120,29 +121,53 @@ def with_labels(content: bytes, labels) -> bytes:
     LABELS_METADATA entry, so that the file alone says what its outputs mean.
     A metadata entry is a named buffer the interpreter ignores: the model
     runs exactly as converted."""
-    from tensorflow.lite.python import schema_py_generated as schema
-    from tensorflow.lite.tools import flatbuffer_utils
-
-    model = flatbuffer_utils.convert_bytearray_to_object(bytearray(content))
+    schema = _schema()
+    model = _unpack(content)
     buffer = schema.BufferT()
     buffer.data = np.frombuffer("".join(f"{label}\n" for label in labels).encode("utf-8"), np.uint8)
     model.buffers.append(buffer)
     entry = schema.MetadataT()
     entry.name, entry.buffer = LABELS_METADATA, len(model.buffers) - 1
     model.metadata = [m for m in (model.metadata or []) if m.name != LABELS_METADATA.encode()] + [entry]
-    return bytes(flatbuffer_utils.convert_object_to_bytearray(model))
+    return _pack(model)
 
 
 def read_labels(content: bytes) -> Optional[List[str]]:
     """The class names `with_labels` stored in a .tflite file's content; None when it has none."""
-    from tensorflow.lite.tools import flatbuffer_utils
-
-    model = flatbuffer_utils.convert_bytearray_to_object(bytearray(content))
+    model = _unpack(content)
     for entry in model.metadata or []:
         if entry.name in (LABELS_METADATA, LABELS_METADATA.encode()):
             text = bytes(model.buffers[entry.buffer].data).decode("utf-8")
             return text.split("\n")[:-1]
     return None
+
+
+def _schema():
+    """The TFLite file format's classes: flatc's Python for schema.fbs (the
+    format's definition), as LiteRT ships it with its interpreter (the tflite
+    extra). Neither TF nor LiteRT has a public call that adds or reads a
+    metadata entry, and TF's own copy of these classes (tensorflow.lite.python)
+    is private to TF, whose tf.lite gives way to LiteRT. LiteRT's module is not
+    in its API reference either: docs/architecture.md lists it among the
+    private APIs still used, and tests/test_private_apis.py guards it."""
+    require("ai_edge_litert", "tflite", "Reading and writing .tflite files")
+    from ai_edge_litert import schema_py_generated
+
+    return schema_py_generated
+
+
+def _unpack(content: bytes):
+    """The flatbuffer as the schema's object tree (flatbuffers' object API)."""
+    return _schema().ModelT.InitFromPackedBuf(bytearray(content), 0)
+
+
+def _pack(model) -> bytes:
+    """The object tree `_unpack` gave, as a .tflite flatbuffer again."""
+    import flatbuffers
+
+    builder = flatbuffers.Builder(1024)
+    builder.Finish(model.Pack(builder), file_identifier=FILE_IDENTIFIER)
+    return bytes(builder.Output())
 
 
 def _converter(source_dir):
@@ -157,11 +182,8 @@ def op_names(content: bytes) -> List[str]:
     """The operators a .tflite flatbuffer uses, read from its operator codes
     (the schema, not the interpreter's private op listing): builtin names such
     as "FULLY_CONNECTED", and a custom op's own name ("FlexErf" for Flex)."""
-    from tensorflow.lite.python import schema_py_generated as schema
-    from tensorflow.lite.tools import flatbuffer_utils
-
-    builtin = {code: name for name, code in vars(schema.BuiltinOperator).items() if name.isupper()}
-    model = flatbuffer_utils.convert_bytearray_to_object(bytearray(content))
+    builtin = {code: name for name, code in vars(_schema().BuiltinOperator).items() if name.isupper()}
+    model = _unpack(content)
     names = set()
     for code in model.operatorCodes or []:
         # Codes above 127 live in builtinCode only; older files in deprecatedBuiltinCode (the schema's rule).
@@ -189,9 +211,7 @@ def builtin_ops(content: bytes) -> List[str]:
 
 
 def _builtin_names():
-    from tensorflow.lite.python import schema_py_generated as schema
-
-    return {name for name in vars(schema.BuiltinOperator) if name.isupper()}
+    return {name for name in vars(_schema().BuiltinOperator) if name.isupper()}
 
 
 def predict(content: bytes, images: np.ndarray) -> np.ndarray:

@@ -25,6 +25,7 @@ import numpy as np
 
 from keras_vit.export import tflite
 from keras_vit.export.format import ExportFormat
+from keras_vit import _console
 from keras_vit.errors import UserError
 
 SENSITIVE_OPS = ["SOFTMAX", "MEAN", "SQUARED_DIFFERENCE", "RSQRT"]
@@ -41,8 +42,8 @@ def quantize(converter, calibration, reference, max_accuracy_drop, min_agreement
     import tensorflow as tf
 
     if calibration is None or len(calibration) == 0:
-        raise UserError("tflite-int8 needs calibration images (a representative sample of your data): "
-                         "pass calibration_data= / validation_data= (or --data on the command line).")
+        raise UserError("tflite-int8 needs calibration images (a representative sample of your data): pass "
+                        + _console.either("--data", "validation_data= or calibration_data=") + ".")
     images = calibration.images.astype(np.float32)
 
     def representative():

@@ -6,6 +6,7 @@ import contextlib
 import math
 
 import keras
+import tensorflow as tf
 from keras import ops
 
 
@@ -63,46 +64,109 @@ def layer_scales(variables, num_layers: int, rate: float) -> dict:
     return {v.path: rate ** (num_layers + 1 - depth_of(v, num_layers)) for v in variables}
 
 
-def _scale_learning_rates(optimizer, scales: dict) -> None:
-    """Makes this optimizer instance update each variable with the learning
-    rate times its scale: Keras optimizers have one learning rate, and hand
-    it to `update_step` per variable, so that is where it is scaled (the
-    variable arrives as TensorFlow's, hence the optimizer's own key).
-    Decoupled weight decay stays at the unscaled rate (timm scales it too)."""
-    inner_update = optimizer.update_step
+class LayerDecay:
+    """Layer-wise learning rates for a Keras optimizer class: mixed in before
+    it (`class LayerDecaySGD(LayerDecay, keras.optimizers.SGD)`), each
+    variable is updated with the learning rate times its scale in
+    `layer_scales` ({variable path: scale}, from `layer_scales()`; 1 for a
+    path not in it).
 
-    def update_step(gradient, variable, learning_rate):
-        scale = scales.get(optimizer._var_key(variable), 1.0)
-        return inner_update(gradient, variable, learning_rate * scale if scale != 1.0 else learning_rate)
+    Keras optimizers have one learning rate and hand it to `update_step` for
+    each variable; overriding `update_step` is Keras' documented way to change
+    an update rule, so the rate is scaled there and the base class' rule runs
+    unchanged. Decoupled weight decay (AdamW's) is applied outside
+    `update_step`, at the unscaled rate (timm scales it too)."""
 
-    optimizer.update_step = update_step
+    def __init__(self, *args, layer_scales=None, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.layer_scales = dict(layer_scales or {})
+
+    def build(self, variables):
+        super().build(variables)
+        self._scale_of = _scales_by_backing_variable(variables, self.layer_scales)
+
+    def update_step(self, gradient, variable, learning_rate):
+        key = variable.ref()
+        if key not in self._scale_of:
+            raise KeyError(f"{type(self).__name__} was not built for variable {variable.name}: build it inside "
+                           f"the distribution strategy's scope, with the variables it updates.")
+        scale = self._scale_of[key]
+        return super().update_step(gradient, variable, learning_rate * scale if scale != 1.0 else learning_rate)
+
+    def get_config(self):
+        return {**super().get_config(), "layer_scales": dict(self.layer_scales)}
+
+
+def _scales_by_backing_variable(variables, scales: dict) -> dict:
+    """{TensorFlow variable ref: scale} of Keras variables: the TF optimizer
+    hands `update_step` the TensorFlow variable behind a Keras variable
+    (`Variable.value`), or under a mirrored strategy each replica's copy of
+    it (the strategy's local results), never the Keras variable with its
+    path."""
+    strategy = tf.distribute.get_strategy()
+    return {backing.ref(): scales.get(v.path, 1.0)
+            for v in variables for backing in strategy.experimental_local_results(v.value)}
+
+
+# The recipes' update rules with layer-wise rates, registered so that a saved
+# optimizer config loads back (the trainer itself checkpoints variables only).
+@keras.saving.register_keras_serializable(package="keras_vit")
+class LayerDecaySGD(LayerDecay, keras.optimizers.SGD):
+    """SGD with layer-wise learning rates (`LayerDecay`)."""
+
+
+@keras.saving.register_keras_serializable(package="keras_vit")
+class LayerDecayAdam(LayerDecay, keras.optimizers.Adam):
+    """Adam with layer-wise learning rates (`LayerDecay`)."""
+
+
+@keras.saving.register_keras_serializable(package="keras_vit")
+class LayerDecayAdamW(LayerDecay, keras.optimizers.AdamW):
+    """AdamW with layer-wise learning rates (`LayerDecay`)."""
+
+
+WITH_LAYER_DECAY = {keras.optimizers.SGD: LayerDecaySGD, keras.optimizers.Adam: LayerDecayAdam,
+                    keras.optimizers.AdamW: LayerDecayAdamW}
+
+
+def rule_name(optimizer) -> str:
+    """The Keras optimizer class whose update rule `optimizer` runs ("AdamW",
+    "SGD"), with or without layer-wise rates and loss scaling: what a
+    checkpoint's fingerprint records, so that runs checkpointed before the
+    LayerDecay classes existed still resume."""
+    inner = getattr(optimizer, "inner_optimizer", optimizer)
+    return next(c for c in type(inner).__mro__ if not issubclass(c, LayerDecay)).__name__
+
+
+def _update_rule(recipe):
+    """(Keras optimizer class, its arguments besides the learning rate) of the recipe."""
+    if recipe.optimizer == "sgd":
+        # No weight_decay argument at all without decay: Keras would apply a decay of 0.
+        decay = dict(weight_decay=recipe.weight_decay) if recipe.weight_decay else {}
+        return keras.optimizers.SGD, dict(momentum=recipe.momentum, **decay)
+    if recipe.optimizer == "adam" and not recipe.weight_decay:
+        return keras.optimizers.Adam, dict(beta_1=recipe.momentum, beta_2=recipe.beta_2)
+    return keras.optimizers.AdamW, dict(weight_decay=recipe.weight_decay, beta_1=recipe.momentum,
+                                        beta_2=recipe.beta_2)
 
 
 def make_optimizer(recipe, precision="float32", variables=(), num_layers=0):
     """The recipe's optimizer for `variables` (the model's trainable ones):
     weight decay on kernels only (`decays`), layer-wise learning rates with
-    recipe.layer_decay, a moving average of the weights with recipe.ema
-    (Keras' use_ema: the averages are optimizer variables, so checkpoints
-    keep them). Clipping is not set here: the trainer clips the all-reduced
-    gradient itself (Keras would clip each replica's part)."""
+    recipe.layer_decay (`LayerDecay`), a moving average of the weights with
+    recipe.ema (Keras' use_ema: the averages are optimizer variables, so
+    checkpoints keep them). Clipping is not set here: the trainer clips the
+    all-reduced gradient itself (Keras would clip each replica's part)."""
     schedule = WarmupSchedule(recipe.peak_learning_rate, recipe.warmup_steps, recipe.steps, recipe.schedule)
     ema = dict(use_ema=True, ema_momentum=recipe.ema) if recipe.ema else {}
-    if recipe.optimizer == "sgd":
-        if recipe.weight_decay:
-            optimizer = keras.optimizers.SGD(schedule, momentum=recipe.momentum, weight_decay=recipe.weight_decay,
-                                             **ema)
-        else:
-            optimizer = keras.optimizers.SGD(schedule, momentum=recipe.momentum, **ema)
-    elif recipe.optimizer == "adam" and not recipe.weight_decay:
-        optimizer = keras.optimizers.Adam(schedule, beta_1=recipe.momentum, beta_2=recipe.beta_2, **ema)
+    rule, arguments = _update_rule(recipe)
+    if recipe.layer_decay and recipe.layer_decay != 1:
+        scales = layer_scales(variables, num_layers, recipe.layer_decay)
+        optimizer = WITH_LAYER_DECAY[rule](schedule, layer_scales=scales, **arguments, **ema)
     else:
-        optimizer = keras.optimizers.AdamW(schedule, weight_decay=recipe.weight_decay,
-                                           beta_1=recipe.momentum, beta_2=recipe.beta_2, **ema)
+        optimizer = rule(schedule, **arguments, **ema)
     if recipe.weight_decay:
         optimizer.exclude_from_weight_decay(var_list=[v for v in variables if not decays(v)])
-    if recipe.layer_decay and recipe.layer_decay != 1:
-        by_path = layer_scales(variables, num_layers, recipe.layer_decay)
-        _scale_learning_rates(optimizer, {optimizer._var_key(v): by_path[v.path] for v in variables})
     if precision == "mixed_float16":
         optimizer = keras.optimizers.LossScaleOptimizer(optimizer)
     return optimizer

@@ -8,17 +8,24 @@ from typing import Optional
 
 import numpy as np
 import tensorflow as tf
-from tensorflow.core.framework import summary_pb2
 
 from keras_vit import runs
 from keras_vit.training import data as data_lib
 from keras_vit.training.evaluation import extract_features, few_shot_linear_eval
 
-# TensorBoard's scalar format, written with TF alone (the tensorboard package
-# is needed only to view the logs, not to write them).
-_SCALAR_METADATA = summary_pb2.SummaryMetadata(
-    plugin_data=summary_pb2.SummaryMetadata.PluginData(plugin_name="scalars"),
-    data_class=summary_pb2.DATA_CLASS_SCALAR).SerializeToString()
+# TensorBoard's scalar format, written with TF alone: tf.summary.scalar needs
+# the tensorboard package, which is needed only to view the logs. TF's public
+# API exports the SummaryMetadata proto as tf.compat.v1.SummaryMetadata only.
+_SCALAR_METADATA = tf.compat.v1.SummaryMetadata(
+    plugin_data=tf.compat.v1.SummaryMetadata.PluginData(plugin_name="scalars"),
+    data_class="DATA_CLASS_SCALAR").SerializeToString()
+
+
+def write_scalars(writer, step: int, scalars: dict) -> None:
+    """{tag: number} at `step` as TensorBoard scalars (float32)."""
+    with writer.as_default(step=step):
+        for tag, value in scalars.items():
+            tf.summary.write(tag, tf.constant(float(value), tf.float32), metadata=_SCALAR_METADATA)
 
 
 class Throughput:
@@ -88,11 +95,8 @@ class Report:
             self.writer.flush()
 
     def _scalars(self, step, scalars) -> None:
-        if self.writer is None:
-            return
-        with self.writer.as_default(step=step):
-            for tag, value in scalars.items():
-                tf.summary.write(tag, tf.constant(float(value), tf.float32), metadata=_SCALAR_METADATA)
+        if self.writer is not None:
+            write_scalars(self.writer, step, scalars)
 
 
 def describe(plan) -> str:

@@ -59,8 +59,11 @@ def _reduce_once(optimizer) -> None:
     be called in a replica context") and applies its inner optimizer back in
     each replica, where the sum would be made again. Summing twice would
     multiply the gradients by the number of replicas (or cost a second
-    all-reduce to divide out), so the hook stays, checked twice: here (a
-    Keras without it stops at build, before any step) and by
+    all-reduce to divide out), so the hook stays (docs/architecture.md,
+    "Private APIs still used"), checked here (a Keras without it stops at
+    build, before any step), by tests/test_private_apis.py (the hook exists
+    on every optimizer the trainer builds, and replacing it removes the
+    gradients' all-reduce from `apply`) and by
     tests/test_training_distributed.py, which counts the all-reduces of a
     traced two-replica step."""
     inner = getattr(optimizer, "inner_optimizer", optimizer)
