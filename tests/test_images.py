@@ -146,10 +146,14 @@ def test_saved_model_serving_bytes_decodes_as_keras_vit_images(tmp_path, channel
     loaded = tf.saved_model.load(str(tmp_path / "sm"))
     rgb = image_files.picture()
     gray = np.asarray(Image.fromarray(rgb).convert("L"))
+    exif = Image.Exif()
+    exif[0x0112] = 6  # stored 24x20, shown 20x24
     payloads = [image_files.encoded(rgb, "PNG"), image_files.png16_rgb(rgb), image_files.png16_gray(gray),
-                image_files.encoded(gray, "PNG"), image_files.encoded(np.dstack([rgb, rgb[..., 0]]), "PNG")]
+                image_files.encoded(gray, "PNG"), image_files.encoded(np.dstack([rgb, rgb[..., 0]]), "PNG"),
+                image_files.encoded(np.rot90(rgb), "JPEG", quality=90, exif=exif),
+                image_files.encoded(gray, "JPEG", quality=90), image_files.encoded(rgb, "PNG", "P")]
     by_bytes = loaded.signatures["serving_bytes"](image_bytes=tf.constant(payloads))["probabilities"].numpy()
-    pixels = np.stack([images.decode(p, channels) for p in payloads]).astype(np.float32)
+    pixels = np.stack([images.load_image(p, (20, 24), channels) for p in payloads]).astype(np.float32)
     by_pixels = loaded.signatures["serving_default"](images=tf.constant(pixels))["probabilities"].numpy()
     np.testing.assert_allclose(by_bytes, by_pixels, atol=1e-6)
     if channels == 1:  # the colour picture and its grey version are the same input to a grey model

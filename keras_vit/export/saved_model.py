@@ -2,15 +2,17 @@
 
     serving_default(images: float32 (B, H, W, C), pixels 0..255; any H and W
                     for a model built with dynamic_image_size=True)
-    serving_bytes(image_bytes: string (B,), encoded JPEG/PNG/BMP/GIF)
+    serving_bytes(image_bytes: string (B,), encoded JPEG/PNG/GIF/BMP/WebP)
         -> probabilities (B, classes), top_k_ids (B, k) int32,
            top_k_probabilities (B, k), top_k_labels (B, k) string
 
-The bytes signature decodes, resizes (bilinear, antialiased) and normalises
-in the graph, with keras_vit.images' rules (16-bit, alpha, grayscale), to the
-model's size (its image_size for a dynamic model).
-Undecodable bytes raise InvalidArgumentError inside the op:
-TF Serving answers that request with an error and goes on serving.
+The bytes signature decodes and resizes in the graph to the pixels `keras-vit
+predict` gives the same file (keras_vit.export.image_bytes: EXIF orientation,
+16-bit, palette, alpha, grayscale, resize, rounding), at the model's size (its
+image_size for a dynamic model), then normalises as serving_default.
+Undecodable bytes, and files it cannot decode as Pillow does, raise
+InvalidArgumentError inside the op: TF Serving answers that request with an
+error and goes on serving.
 """
 
 from __future__ import annotations
@@ -25,13 +27,13 @@ from keras_vit.export.format import Build, ExportFormat
 from keras_vit.errors import UserError
 
 SIGNATURES = ("serving_default", "serving_bytes")
-DECODABLE_CHANNELS = (1, 3, 4)  # what tf.io.decode_image can produce
+DECODABLE_CHANNELS = (1, 3)  # what image files decode to (keras_vit.images.load_image)
 
 
 def check(model):
     channels = int(model.inputs[0].shape[-1])
     if channels not in DECODABLE_CHANNELS:
-        raise UserError(f"The SavedModel's bytes signature decodes images to 1, 3 or 4 channels; "
+        raise UserError(f"The SavedModel's bytes signature decodes images to 1 or 3 channels; "
                          f"{model.name} takes {channels}.")
 
 
@@ -40,7 +42,7 @@ def write(model, labels, path, top_k=5):
     import keras
     import tensorflow as tf
 
-    from keras_vit import images as images_lib
+    from keras_vit.export import image_bytes as bytes_lib
     from keras_vit.export import serving
 
     check(model)
@@ -70,13 +72,7 @@ def write(model, labels, path, top_k=5):
         }
 
     def decode(encoded):
-        # As keras_vit.images.decode: 16-bit samples keep their high byte (decode_png
-        # does that for uint8), alpha is dropped, and grey comes from RGB by
-        # keras_vit.images' luma rule, not libpng's own (which differs).
-        decoded = 3 if channels == 1 else channels
-        image = tf.io.decode_image(encoded, channels=decoded, expand_animations=False)  # (h, w, C) uint8
-        image = images_lib.convert_channels(image, channels)
-        return images_lib.resize(image, (height, width))
+        return bytes_lib.load_image(encoded, (height, width), channels)
 
     def classify_bytes(image_bytes):
         images = tf.map_fn(decode, image_bytes,
