@@ -44,12 +44,12 @@ def run(args):
     from keras_vit import export
     from keras_vit import mnist5k
 
-    (train_images, _), (test_images, test_labels) = mnist5k.split()
+    (train_images, train_labels), (test_images, test_labels) = mnist5k.split()
     print(f"== Exporting {args.workdir}/model.keras -> {args.out}, validated on the held-out digits")
     report = export.export(args.workdir, args.formats, args.out,
                            validation_data=(test_images.astype("float32"), test_labels),
                            # int8 calibration must not see the validation images.
-                           calibration_data=train_images[:200].astype("float32"),
+                           calibration_data=(train_images[:200].astype("float32"), train_labels[:200]),
                            overwrite=True,  # the demo's own folder: a re-run replaces its export
                            raise_on_failure=False)  # prints the table
     with open(os.path.join(args.workdir, "demo.json"), "w") as f:

@@ -118,6 +118,18 @@ def test_a_folder_under_home_is_found_as_folder_tilde(tmp_path, monkeypatch):
     assert source.num_classes == 2 and source.sizes == {"train": 18, "eval": 2}
 
 
+def test_classes_too_small_to_hold_out_an_image_say_why_and_the_fix(tmp_path):
+    """#30: fewer than 10 images a class: every 10th is held out, so nothing is; a val/ folder fixes it."""
+    for name in ("cat", "dog"):
+        os.makedirs(tmp_path / name)
+        for i in range(6):
+            (tmp_path / name / f"{i}.png").write_bytes(_png(i))
+    source = data_lib.open_source(_config(dataset=f"folder:{tmp_path}"))
+    with pytest.raises(ValueError, match=r"every 10th image of each class is held out: give each class at least "
+                                         r"10 images, or add a val/ folder"):
+        data_lib.eval_steps(source, 8)
+
+
 def test_tfrecords_of_encoded_images(tmp_path):
     def write(path, values):
         with tf.io.TFRecordWriter(str(path)) as writer:

@@ -29,16 +29,16 @@ def check_out(out: str, overwrite: bool) -> bool:
     blocker = _file_on_the_way(out)
     if blocker is not None:
         where = "" if blocker == os.path.abspath(out) else f" ({blocker!r} is a file)"
-        raise ExportError(f"{_console.argument('out', out)} is not a folder{where}: give a folder for the export (it is created if "
-                          f"missing).")
+        raise ExportError(f"{_console.argument('out', out)} is not a folder{where}: give a folder for the export "
+                          f"(it is created if missing).")
     entries = sorted(os.listdir(out)) if os.path.isdir(out) else []
     entries = [name for name in entries if not name.startswith(STAGING_PREFIX)]
     if not entries:
         return False
     shown = ", ".join(entries[:4]) + (f" and {len(entries) - 4} more" if len(entries) > 4 else "")
     if REPORT_FILE not in entries:
-        raise ExportError(f"{_console.argument('out', out)} holds files that are not an export ({shown}): export into a new or "
-                          f"empty folder.")
+        raise ExportError(f"{_console.argument('out', out)} holds files that are not an export ({shown}): "
+                          f"export into a new or empty folder.")
     if not overwrite:
         raise ExportError(f"{_console.argument('out', out)} already holds an export ({shown}): add "
                           f"{_console.argument('overwrite')} to replace it as a whole, or choose another "

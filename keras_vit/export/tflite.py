@@ -72,8 +72,8 @@ def write_source(model, path):
     archive.write_out(path, verbose=False)
 
 
-def convert(source_dir, kind, calibration=None, reference=None, max_accuracy_drop=0.005,
-            min_agreement=0.99, quantize=None) -> (bytes, Dict):
+def convert(source_dir, kind, calibration=None, reference=None, max_accuracy_drop=0.01,
+            min_agreement=0.98, quantize=None) -> (bytes, Dict):
     """Converts the SavedModel `source_dir`; returns the flatbuffer and notes for the report.
 
     For "tflite-int8", `quantize` (keras_vit.export.tflite_int8.quantize, passed
@@ -109,8 +109,8 @@ def build(job: Build, kind: str, quantize=None) -> Dict:
     if not os.path.isdir(source):  # the kinds of one export share it
         write_source(job.model, source)
     content, notes = convert(source, kind, job.calibration, job.calibration_reference,
-                             max_accuracy_drop=job.thresholds.get("max_accuracy_drop") or 0.005,
-                             min_agreement=job.thresholds.get("min_agreement") or 0.99, quantize=quantize)
+                             max_accuracy_drop=job.thresholds.get("max_accuracy_drop") or 0.01,
+                             min_agreement=job.thresholds.get("min_agreement") or 0.98, quantize=quantize)
     storage.write_bytes(job.path, with_labels(content, job.labels))
     notes["metadata"] = {LABELS_METADATA: "the class names, one per line"}
     return notes

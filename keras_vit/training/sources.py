@@ -446,7 +446,8 @@ def _tfrecord_source(config, root) -> Source:
     if num_classes is None and class_names:
         num_classes = len(class_names)
     if num_classes is None:
-        raise UserError(f"tfrecord:{root}: pass {_console.argument('num_classes', 'N')} (or write {labels_txt}, one class a line).")
+        raise UserError(f"tfrecord:{root}: pass {_console.argument('num_classes', 'N')} (or write {labels_txt}, "
+                        f"one class a line).")
     features = {"image": tf.io.FixedLenFeature([], tf.string), "label": tf.io.FixedLenFeature([], tf.int64)}
 
     def parse(record):
@@ -490,7 +491,8 @@ def _tfds_builder(config, name):
         raise UserError(
             f"tfds:{name} is not prepared in {builder.data_dir}; training never downloads. Prepare it once on a "
             f"machine with network access: python -c \"import tensorflow_datasets as tfds; "
-            f"tfds.builder('{name}', data_dir='DATA_DIR').download_and_prepare()\", then pass {_console.argument('data_dir', 'DATA_DIR')} "
+            f"tfds.builder('{name}', data_dir='DATA_DIR').download_and_prepare()\", then pass "
+            f"{_console.argument('data_dir', 'DATA_DIR')} "
             f"(or tfds:DATA_DIR/NAME/VERSION).")
     return builder
 
@@ -506,7 +508,8 @@ def _tfds_source(config, name) -> Source:
     splits = list(info.splits)
     eval_split = config.eval_split or next((s for s in ("validation", "test") if s in splits), None)
     if eval_split is None or config.train_split not in splits:
-        raise UserError(f"tfds:{name} has splits {splits}; pass {_console.either('--train-split/--eval-split', 'train_split=/eval_split=')}.")
+        raise UserError(f"tfds:{name} has splits {splits}; pass "
+                        f"{_console.either('--train-split/--eval-split', 'train_split=/eval_split=')}.")
     shape = info.features[image_key].shape
     channels = shape[-1] or 3
     size = tuple(shape[:2]) if None not in shape[:2] else None

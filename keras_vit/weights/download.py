@@ -41,7 +41,7 @@ def _reachable(repo: str, filename: str, revision: Optional[str]) -> bool:
     """Whether the Hub answers one HEAD request for a file of `repo` (any
     answer, "not found" included), asked once, without retries.
 
-    huggingface_hub retries an unreachable Hub for ~23 s before it falls back
+    huggingface_hub retries an unreachable Hub for tens of seconds before it falls back
     to its cache; knowing at once that it is unreachable, _fetch reads the
     cache only (local_files_only, an argument: nothing in the process's
     environment is changed) and answers in a moment."""
