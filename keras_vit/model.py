@@ -84,8 +84,10 @@ class ViT(keras.Model):
         dynamic_image_pad: with dynamic_image_size, take any size: images
             are padded at the bottom and right (with 0, mid-grey in
             [-1, 1]) up to the next multiple of the patch size.
-        **config_overrides: ViTConfig fields to change, e.g.
-            representation_size=768 or dropout_rate=0.1.
+
+    Keyword Args:
+        **kwargs: ViTConfig fields to change, e.g. representation_size=768
+            or dropout_rate=0.1 (and Keras' own `trainable`, `dtype`).
     """
 
     def __init__(

@@ -22,6 +22,8 @@ def from_pretrained(source, **overrides):
 
     Args:
         source: any checkpoint source (see keras_vit.weights.sources).
+
+    Keyword Args:
         image_size: another input size; the position embedding is resized.
         num_classes: a new zero-initialised head of that many classes (the
             checkpoint's head is kept when this is omitted or equal).
