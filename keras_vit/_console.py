@@ -12,7 +12,8 @@
 * `quiet_conversion()`: around a TFLite or ONNX conversion, the converters'
   chatter (`fully_quantize: 0, inference_type: 6 ...`, `tf.lite.Interpreter is
   deprecated`, XNNPACK's `INFO: Created TensorFlow Lite XNNPACK delegate`,
-  tf2onnx's `Issue encountered when serializing table_initializer`) is dropped;
+  tf2onnx's `Issue encountered when serializing table_initializer`, the int8
+  quantisation debugger's `Mean of empty slice`) is dropped;
   anything else they print is passed on.
 * `warn(message)`: `keras-vit: warning: ...`, one line on stderr.
 * `argument(name, value)`: how a message names an argument: `--weights PATH`
@@ -49,6 +50,7 @@ CONVERSION_CHATTER = re.compile(
     r"^fully_quantize: \d|^INFO: Created TensorFlow Lite XNNPACK delegate|tf\.lite\.Interpreter is deprecated|"
     r"^\s*$")
 _PYTHON_WARNINGS = r"[\s\S]*tf\.lite\.Interpreter is deprecated"
+_DEBUGGER_MODULE = r"tensorflow\.lite\.tools\.optimize\.debugging"
 _TF_LOG_RECORDS = ("Issue encountered when serializing",)
 
 _DEFAULT_LOG_LEVEL = "3"
@@ -159,6 +161,8 @@ def quiet_conversion():
     try:
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message=_PYTHON_WARNINGS)
+            # The quantisation debugger averages statistics of tensors it saw no values of.
+            warnings.filterwarnings("ignore", category=RuntimeWarning, module=_DEBUGGER_MODULE)
             with filtered_stderr(CONVERSION_CHATTER):
                 yield
     finally:
