@@ -184,3 +184,33 @@ def test_bad_sources_and_data_are_one_line_and_exit_2(tiny_model, tmp_path, caps
         code, err = _cli(argv, capsys)
         assert_user_error(code, err, "export", fragment)
     assert not (tmp_path / "out").exists()
+
+
+def test_a_bug_while_building_one_format_is_shown_as_a_bug(tiny_model, tmp_path, monkeypatch, capsys):
+    """A failure raised inside keras_vit's own code while a format builds is a bug (its traceback);
+    one raised inside a converter stays a failed row of the table (the other formats go on)."""
+    from keras_vit.export import tflite as tflite_lib
+    from tests.test_runs import _cli, assert_bug
+
+    tiny_model.save(str(tmp_path / "tiny.keras"))
+    argv = ["export", str(tmp_path / "tiny.keras"), "--formats", "tflite", "--out", str(tmp_path / "out"),
+            "--latency-runs", "1", "--quiet"]
+    # Our code reading labels from a buffer it was never given: an AttributeError in keras_vit.
+    monkeypatch.setattr(tflite_lib, "with_labels", lambda content, labels: tflite_lib.read_labels(None))
+    code, err = _cli(argv, capsys)
+    assert_bug(code, err, "read_labels")
+    assert not (tmp_path / "out").exists()
+
+    def converter_fails(content, labels):  # as a converter deep in another package fails
+        import json
+
+        return json.loads("{not json")
+
+    monkeypatch.setattr(tflite_lib, "with_labels", converter_fails)
+    code, err = _cli(argv, capsys)
+    assert code == 1 and "Traceback" not in err and "export failed for tflite" in err, err
+    import json
+
+    (row,) = [r for r in json.loads((tmp_path / "out" / "report.json").read_text())["artifacts"]
+              if r["format"] == "tflite"]
+    assert row["failures"][0].startswith("JSONDecodeError")

@@ -10,8 +10,13 @@ from typing import Dict, List, Optional
 import numpy as np
 
 from keras_vit import _console
+from keras_vit.errors import CannotContinue
 from keras_vit.export import report as report_lib
 from keras_vit.export.registry import REGISTRY
+
+
+class ArtifactFailed(CannotContinue):
+    """The artifact did not load, run or answer in the shape Keras does, in a fresh process."""
 
 RUNNER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "runner.py")
 PROBABILITIES = "probabilities"  # the runner's output, and the suffix of every other signature's
@@ -36,12 +41,12 @@ def run_fresh(fmt: str, artifact: str, images_file: str, out_file: str, latency_
     try:
         done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=timeout)
     except subprocess.TimeoutExpired:
-        raise RuntimeError(f"loading and running the {fmt} artifact took over {timeout:.0f} s") from None
+        raise ArtifactFailed(f"loading and running the {fmt} artifact took over {timeout:.0f} s") from None
     if done.returncode != 0:
         lines = [line for line in done.stderr.splitlines()
                  if not (_console.STARTUP_CHATTER.search(line) or _console.CONVERSION_CHATTER.search(line))]
         tail = "\n".join(lines[-8:])
-        raise RuntimeError(f"the {fmt} artifact failed in a fresh process (exit {done.returncode}):\n{tail}")
+        raise ArtifactFailed(f"the {fmt} artifact failed in a fresh process (exit {done.returncode}):\n{tail}")
     with np.load(out_file) as outputs:
         return {k: outputs[k] for k in outputs.files}
 
@@ -78,7 +83,7 @@ def _other_signatures(outputs) -> List[str]:
 def _probabilities(outputs, prefix, fmt, reference):
     probs = outputs[prefix + PROBABILITIES]
     if probs.shape != reference.shape:
-        raise RuntimeError(f"the {fmt} artifact returned shape {probs.shape}, Keras {reference.shape}")
+        raise ArtifactFailed(f"the {fmt} artifact returned shape {probs.shape}, Keras {reference.shape}")
     return probs
 
 
