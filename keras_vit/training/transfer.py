@@ -53,18 +53,19 @@ def resolve_weights(weights: Optional[str]) -> Optional[InitialWeights]:
     if model_source.is_checkpoint(path) and os.path.isdir(path):
         # An HF transformers, keras-hub or timm folder, as predict/export take it: its architecture too.
         checkpoint = open_checkpoint(path)
-        params = {k: v for k, v in checkpoint.params.items() if not k.startswith("head/")}
-        return InitialWeights(params, checkpoint.config, checkpoint.num_channels, f"checkpoint {path}")
+        return InitialWeights(_encoder(checkpoint.params), checkpoint.config, checkpoint.num_channels, f"checkpoint {path}")
     if storage.isdir(path) or path.endswith(".keras"):
         try:
             source = find_vit(runs.load_model(path))
         except runs.ModelFileError as error:
             raise UserError(f"{_console.either('--weights', 'weights')}: {error}") from None
-        params = checkpoint_params(source)
-        params.pop("head/kernel", None)
-        params.pop("head/bias", None)
-        return InitialWeights(params, source.config, source.num_channels, f"encoder of {runs.model_path(path)}")
+        return InitialWeights(_encoder(checkpoint_params(source)), source.config, source.num_channels, f"encoder of {runs.model_path(path)}")
     return InitialWeights(path, None, 3, path)
+
+
+def _encoder(params: dict) -> dict:
+    """The params without the classification head: the run builds its own, zero-initialised."""
+    return {k: v for k, v in params.items() if not k.startswith("head/")}
 
 
 def apply_weights(model, initial: InitialWeights) -> None:
