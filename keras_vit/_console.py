@@ -70,14 +70,17 @@ _SWITCH = object()
 
 
 def argument(name: str, value=_SWITCH) -> str:
-    """An argument as the user gives it: `--name VALUE` on the command line,
-    name='VALUE' in Python; without a value, a switch: `--name` / name=True."""
+    """An argument as the user gives it: `--name VALUE` on the command line
+    (a tuple comma-separated), name='VALUE' in Python; without a value, a
+    switch: `--name` / name=True."""
     if value is _SWITCH:
         return f"--{name.replace('_', '-')}" if COMMAND_LINE else f"{name}=True"
     if COMMAND_LINE:
         flag = "--" + name.replace("_", "-")
         if isinstance(value, str):
             return f"{flag} {shlex.quote(value)}"  # as it would be typed
+        if isinstance(value, (tuple, list)):  # flags take lists comma-separated (--image-size 224,320)
+            return f"{flag} {','.join(map(str, value))}"
         return f"{flag} {value:g}" if isinstance(value, float) else f"{flag} {value}"
     return f"{name}={value!r}"
 

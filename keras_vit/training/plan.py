@@ -210,10 +210,8 @@ def _image_size(recipe, source) -> Tuple[int, int]:
 def _check_patch_grid(image_size, model_config):
     stride = model_config.total_stride
     if any(side % stride for side in image_size):
-        fitting = ",".join(str(max(stride, side // stride * stride)) for side in image_size)
-        given = ",".join(map(str, image_size)) if _console.COMMAND_LINE else tuple(image_size)
-        fitting = fitting if _console.COMMAND_LINE else tuple(int(f) for f in fitting.split(","))
-        raise UserError(f"{arg('image_size', given)} is not a multiple of the model's patch "
+        fitting = tuple(max(stride, side // stride * stride) for side in image_size)
+        raise UserError(f"{arg('image_size', tuple(image_size))} is not a multiple of the model's patch "
                         f"({stride} px): use {arg('image_size', fitting)}.")
 
 
