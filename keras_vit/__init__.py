@@ -33,6 +33,7 @@ _LAZY = {
     "resize_position_embedding": "keras_vit.weights",
     "save_weights": "keras_vit.weights",
     "from_pretrained": "keras_vit.pretrained",
+    "feature_model": "keras_vit.features",
     "save_pretrained": "keras_vit.weights",
     "ViT": "keras_vit.model",
     "preprocess_input": "keras_vit.model",
@@ -73,7 +74,7 @@ __all__ = [
     "R26_ViT_B32", "R26_ViT_S32", "R50_ViT_B16", "R50_ViT_L32", "R_ViT_Ti16", "ResNetConfig", "VARIANTS", "ViT",
     "ViTConfig",
     "ViT_B16", "ViT_B32", "ViT_B8", "ViT_H14", "ViT_L16", "ViT_L32", "ViT_S16", "ViT_S32", "ViT_Ti16",
-    "available_weights", "from_pretrained", "get_variant", "layers", "list_variants", "load_model",
+    "available_weights", "feature_model", "from_pretrained", "get_variant", "layers", "list_variants", "load_model",
     "load_weights", "preprocess_input", "resize_position_embedding", "save_pretrained", "save_weights",
 ]
 # Keras imports the module a .keras file names only for its own packages

@@ -11,7 +11,21 @@ from typing import Optional, Tuple
 
 from keras_vit.errors import UserError
 
-CLASSIFIERS = ("token", "gap")
+# How one vector per image is read out of the encoded tokens (keras_vit.layers.pooling):
+# the class token; the mean of the tokens; SigLIP's attention-pooling (MAP) head; or
+# DINOv2's classifier input, the class token next to the mean of the patch tokens (2 * D).
+CLASSIFIERS = ("token", "gap", "map", "token_gap")
+# The MLP of every block: GELU (tanh or exact, by gelu_approximate), CLIP's
+# x * sigmoid(1.702 x), or DINOv2's gated SiLU unit.
+MLP_ACTIVATIONS = ("gelu", "quick_gelu", "swiglu")
+# Where the final LayerNorm sits: on every token (ViT, DeiT, DINOv2, SigLIP), or
+# on the pooled vector only (CLIP's post_layernorm).
+FINAL_NORMS = ("tokens", "pooled")
+# How a learned position table is resized to another grid: the official loader's
+# linear (corners aligned), or each family's own torch code (keras_vit.weights.interpolation).
+POSITION_INTERPOLATIONS = ("linear", "bicubic", "bicubic_antialias")
+# What pixels a model's weights expect (keras_vit.images.NORMALIZATIONS).
+PIXEL_NORMALIZATIONS = ("minus_one_to_one", "imagenet", "clip")
 # How patch positions reach the encoder (the paper's Appendix D.4, plus the
 # fixed sin-cos table of MAE / big_vision). Only "learned_1d" fits the
 # official checkpoint layout; the others are saved as `.keras` files.
@@ -93,6 +107,30 @@ class ViTConfig:
             "relative" (a learned per-head bias of the attention logits for
             each 2-D offset between patches, in every block) or "none" (a
             bag of patches).
+        num_register_tokens: DINOv2's registers: learned tokens after the
+            class token, added after the position embedding (unpositioned).
+        distillation_token: DeiT's second prefix token (positioned).
+        distillation_head: DeiT's second head on the distillation token;
+            the logits are the mean of the two heads' (as transformers).
+        layer_scale_init: initial value of a LayerScale on both residual
+            branches of every block (DINOv2: 1.0); None: no LayerScale.
+        mlp_activation: "gelu" (tanh or exact by gelu_approximate),
+            "quick_gelu" (CLIP) or "swiglu" (DINOv2-g: mlp_dim is the gated
+            unit's width; Dense_0 holds the gate, then the value).
+        pre_norm: a LayerNorm on the tokens before the encoder (CLIP).
+        patch_bias: the patch embedding's bias (CLIP has none).
+        final_norm: "tokens" (LayerNorm on every encoded token) or "pooled"
+            (on the pooled vector only: CLIP's post_layernorm).
+        projection_size: a bias-free projection of the pooled vector (CLIP's
+            visual projection to the joint embedding); None: none.
+        position_interpolation: how learned position weights are resized to
+            another grid, at load and in a dynamic model: "linear" (the
+            official loader's), "bicubic" (torch's, as DeiT, CLIP, SigLIP and
+            DINOv2 do) or "bicubic_antialias" (DINOv2 with registers).
+        pixel_normalization: the pixels the weights expect:
+            "minus_one_to_one" (the paper's and SigLIP's [-1, 1]),
+            "imagenet" (DeiT, DINOv2: ImageNet mean/std) or "clip" (CLIP's
+            mean/std); keras_vit.images.NORMALIZATIONS holds the numbers.
     """
 
     patch_size: int
@@ -110,6 +148,17 @@ class ViTConfig:
     layer_norm_epsilon: float = 1e-6
     gelu_approximate: bool = True
     position_embedding: str = "learned_1d"
+    num_register_tokens: int = 0
+    distillation_token: bool = False
+    distillation_head: bool = False
+    layer_scale_init: Optional[float] = None
+    mlp_activation: str = "gelu"
+    pre_norm: bool = False
+    patch_bias: bool = True
+    final_norm: str = "tokens"
+    projection_size: Optional[int] = None
+    position_interpolation: str = "linear"
+    pixel_normalization: str = "minus_one_to_one"
 
     def __post_init__(self):
         if isinstance(self.resnet, dict):
@@ -142,8 +191,48 @@ class ViTConfig:
         if self.hidden_size % divisor:
             raise UserError(f"position_embedding={self.position_embedding!r} needs hidden_size divisible by "
                             f"{divisor}, got {self.hidden_size}: change hidden_size or the position embedding.")
+        self._check_family_fields()
         object.__setattr__(self, "layer_norm_epsilon", float(self.layer_norm_epsilon))
         object.__setattr__(self, "gelu_approximate", bool(self.gelu_approximate))
+
+    def _check_family_fields(self):
+        for field, allowed in (("mlp_activation", MLP_ACTIVATIONS), ("final_norm", FINAL_NORMS),
+                               ("position_interpolation", POSITION_INTERPOLATIONS),
+                               ("pixel_normalization", PIXEL_NORMALIZATIONS)):
+            if getattr(self, field) not in allowed:
+                raise UserError(f"ViTConfig.{field} must be one of {allowed}, got {getattr(self, field)!r}.")
+        if int(self.num_register_tokens) < 0:
+            raise UserError(f"ViTConfig.num_register_tokens must be >= 0, got {self.num_register_tokens!r}.")
+        object.__setattr__(self, "num_register_tokens", int(self.num_register_tokens))
+        for field in ("distillation_token", "distillation_head", "pre_norm", "patch_bias"):
+            object.__setattr__(self, field, bool(getattr(self, field)))
+        if self.distillation_head and not self.distillation_token:
+            raise UserError("distillation_head=True reads the distillation token: also set distillation_token=True.")
+        if self.distillation_token and self.classifier != "token":
+            raise UserError(f"distillation_token=True sits after a class token: use classifier='token' (not "
+                            f"{self.classifier!r}).")
+        if self.final_norm == "pooled" and self.classifier == "map":
+            raise UserError("final_norm='pooled' normalises the pooled vector, which the MAP head already ends in a "
+                            "LayerNorm for: use final_norm='tokens' with classifier='map'.")
+        if self.layer_scale_init is not None:
+            object.__setattr__(self, "layer_scale_init", float(self.layer_scale_init))
+        for field in ("projection_size", "representation_size"):
+            value = getattr(self, field)
+            if value is not None and int(value) < 1:
+                raise UserError(f"ViTConfig.{field} must be a positive integer or None, got {value!r}.")
+
+    @property
+    def num_prefix_tokens(self) -> int:
+        """Tokens before the patch grid in the encoder's sequence: the class
+        token (classifier "token" or "token_gap"), the distillation token,
+        the registers."""
+        return self.num_positioned_prefix_tokens + self.num_register_tokens
+
+    @property
+    def num_positioned_prefix_tokens(self) -> int:
+        """Prefix tokens that have a row in the position table (class and
+        distillation tokens; registers are added after the positions)."""
+        return int(self.classifier in ("token", "token_gap")) + int(self.distillation_token)
 
     @property
     def total_stride(self) -> int:
@@ -169,5 +258,6 @@ class ViTConfig:
 
     @classmethod
     def from_dict(cls, d: dict) -> "ViTConfig":
-        """The config `to_dict` wrote."""
+        """The config `to_dict` wrote (fields added since are at their
+        defaults in older files, which is what those models were)."""
         return cls(**d)

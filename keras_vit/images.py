@@ -201,6 +201,31 @@ def to_model_range(pixels):
     return pixels / 127.5 - 1.0
 
 
+# ViTConfig.pixel_normalization -> (mean, std) per RGB channel, in pixels 0..255: what each
+# family's image processor does after rescaling by 1/255 (transformers' constants).
+NORMALIZATIONS = {
+    "minus_one_to_one": ((127.5, 127.5, 127.5), (127.5, 127.5, 127.5)),  # the paper's, SigLIP's
+    "imagenet": (tuple(255 * m for m in (0.485, 0.456, 0.406)), tuple(255 * s for s in (0.229, 0.224, 0.225))),
+    "clip": (tuple(255 * m for m in (0.48145466, 0.4578275, 0.40821073)),
+             tuple(255 * s for s in (0.26862954, 0.26130258, 0.27577711))),
+}
+
+
+def normalize(pixels, normalization="minus_one_to_one"):
+    """Pixels 0..255 (..., C) -> what weights of `normalization` expect
+    (ViTConfig.pixel_normalization); numpy, TF and Keras tensors alike."""
+    if normalization == "minus_one_to_one":
+        return to_model_range(pixels)  # the same arithmetic for any channel count
+    mean, std = NORMALIZATIONS[normalization]
+    return (pixels - np.asarray(mean, np.float32)) / np.asarray(std, np.float32)
+
+
+def pixel_normalization(model) -> str:
+    """The normalisation `model` takes after pixels are scaled (its config's; [-1, 1] for other models)."""
+    config = getattr(model, "config", None)
+    return getattr(config, "pixel_normalization", "minus_one_to_one")
+
+
 # --- model-shaped pixels ------------------------------------------------------------
 
 def to_model_pixels(images, image_size, num_channels):
@@ -234,7 +259,7 @@ def model_inputs(model, images):
     """
     size = tuple(np.shape(images)[1:3]) if getattr(model, "dynamic_image_size", False) else model.image_size
     x = to_model_pixels(images, size, model.num_channels)
-    return x if takes_raw_pixels(model) else to_model_range(x)
+    return x if takes_raw_pixels(model) else normalize(x, pixel_normalization(model))
 
 
 def load_image(path, image_size, num_channels=3):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import types
+
 import keras
 import numpy as np
 from keras import ops
@@ -133,63 +135,14 @@ class ViT(keras.Model):
             raise UserError(f"num_classes must be a positive integer when include_top=True, got {num_classes!r}.")
 
         # === Layers ===
-        preprocessing = (
-            keras.layers.Rescaling(1.0 / 127.5, offset=-1.0, name="preprocessing")
-            if include_preprocessing else None
-        )
-        resnet = (
-            vit_layers.ResNetStem(config.resnet.num_layers, config.resnet.width_factor, name="resnet")
-            if config.resnet else None
-        )
-        patch_embedding = vit_layers.PatchEmbedding(config.hidden_size, config.patch_size, name="embedding")
-        num_prefix_tokens = prefix_tokens_of(config)
-        class_token = vit_layers.ClassToken(name="cls") if num_prefix_tokens else None
-        grid = (height // stride, width // stride)
-        position_embedding = _position_embedding(config.position_embedding, grid, num_prefix_tokens,
-                                                 stride if dynamic_image_size else None)
-        padding = vit_layers.PadToMultiple(stride, name="dynamic_pad") if dynamic_image_pad else None
-        embedding_dropout = (
-            vit_layers.PatchDropout(config.patch_dropout, num_prefix_tokens, config.dropout_rate,
-                                    name="embedding_dropout")
-            if config.patch_dropout else keras.layers.Dropout(config.dropout_rate, name="embedding_dropout"))
-        encoder = vit_layers.Encoder(
-            config.num_layers,
-            config.num_heads,
-            config.mlp_dim,
-            config.dropout_rate,
-            config.attention_dropout_rate,
-            config.stochastic_depth_rate,
-            config.layer_norm_epsilon,
-            config.gelu_approximate,
-            relative_position_grid=grid if config.position_embedding == "relative" else None,
-            num_prefix_tokens=num_prefix_tokens,
-            name="Transformer",
-        )
-        pooling = vit_layers.TokenPooling(config.classifier, name="pooling")
-        pre_logits = (
-            keras.layers.Dense(config.representation_size, activation="tanh", name="pre_logits")
-            if config.representation_size else None
-        )
-        # Zero-initialised: the fine-tuning convention of the official code.
-        # float32 so that logits stay float32 under mixed precision.
-        head = (
-            keras.layers.Dense(
-                num_classes, kernel_initializer="zeros", activation=classifier_activation,
-                name="head", dtype="float32",
-            )
-            if include_top else None
-        )
+        parts = _build_layers(config, (height // stride, width // stride), include_top, num_classes,
+                              classifier_activation, include_preprocessing, dynamic_image_size, dynamic_image_pad)
 
         # === Functional model ===
         input_size = (None, None) if dynamic_image_size else (height, width)
         images = keras.Input((*input_size, int(num_channels)), name="images")
-        x = embed_images(images, preprocessing, resnet, patch_embedding, class_token, position_embedding,
-                         embedding_dropout, padding=padding)
-        x = encoder(x)
-        x = pooling(x)  # (B, D)
-        if pre_logits:
-            x = pre_logits(x)
-        outputs = head(x) if head else x
+        tokens = parts.encoder(embed_images(images, parts))
+        outputs = read_out(tokens, parts)
         super().__init__(inputs=images, outputs=outputs, name=name or _default_name(config), **model_kwargs)
 
         # === Config ===
@@ -205,19 +158,10 @@ class ViT(keras.Model):
         self.labels = labels
         # Not part of the config: a guard for eager calls (see the class docstring).
         self.check_input_range = True
-        # Named handles for porting, inspection and export (never list positions).
-        self.preprocessing = preprocessing
-        self.padding = padding
-        self.resnet = resnet
-        self.patch_embedding = patch_embedding
-        self.class_token = class_token
-        # The layer adding positions to the tokens; None for "relative" and "none".
-        self.position_embedding = position_embedding
-        self.embedding_dropout = embedding_dropout
-        self.encoder = encoder
-        self.pooling = pooling
-        self.pre_logits = pre_logits
-        self.head = head
+        # Named handles for porting, inspection and export (never list positions); None where absent.
+        # position_embedding: the layer adding positions to the tokens (None for "relative" and "none").
+        for part, layer in vars(parts).items():
+            setattr(self, part, layer)
 
         if weights is not None:
             from keras_vit.weights import load_weights
@@ -230,11 +174,9 @@ class ViT(keras.Model):
         model's graph). `patch_hook(tokens) -> tokens` may change the patch
         tokens (B, N, D) before the class token and position embedding
         (masked patch prediction corrupts them there)."""
-        return embed_images(images, self.preprocessing, self.resnet, self.patch_embedding, self.class_token,
-                            self.position_embedding, self.embedding_dropout, training=training,
-                            patch_hook=patch_hook, padding=self.padding)
+        return embed_images(images, self, training=training, patch_hook=patch_hook)
 
-    def forward_intermediates(self, images, training=False, attention=True):
+    def forward_stages(self, images, training=False, attention=True):
         """One pass through the model's own layers, keeping what every stage made.
 
         The same layers and weights as `model(images)` (with attention=True
@@ -252,10 +194,11 @@ class ViT(keras.Model):
                 final LayerNorm);
             "attention": [(B, heads, T, T)] each block's probabilities
                 (only with attention=True);
-            "tokens": (B, T, D) the encoder's output (after its LayerNorm);
-            "pooled": (B, D) the read-out token (class token, or the mean for "gap");
-            "pre_logits": (B, R or D) the head's input (= "pooled" without a
-                representation layer);
+            "tokens": (B, T, D) the encoder's output (after its LayerNorm,
+                where the model normalises tokens);
+            "pooled": (B, D) the pooled image embedding (`pooled_embedding`:
+                after any pooled norm, projection and representation layer);
+            "pre_logits": the head's input (= "pooled");
             "logits": (B, num_classes) the model's output, the head's
                 classifier_activation applied if it has one (only with a head).
         """
@@ -266,11 +209,65 @@ class ViT(keras.Model):
             out["tokens"], out["attention"], out["blocks"] = encoded
         else:
             out["tokens"], out["blocks"] = encoded
-        out["pooled"] = self.pooling(out["tokens"])
-        out["pre_logits"] = self.pre_logits(out["pooled"]) if self.pre_logits is not None else out["pooled"]
+        out["pooled"] = out["pre_logits"] = pooled_embedding(out["tokens"], self)
         if self.head is not None:
-            out["logits"] = self.head(out["pre_logits"])
+            out["logits"] = read_out(out["tokens"], self)
         return out
+
+    def forward_intermediates(self, images, indices=None, output_format="NHWC", norm=False, prefix_tokens=False,
+                              training=False):
+        """The outputs of chosen encoder blocks as dense features (timm's
+        `forward_intermediates(..., intermediates_only=True)`), for detection
+        and segmentation heads; `keras_vit.feature_model` builds the same as a
+        Keras model that exports.
+
+        Args:
+            images: what `model(...)` takes (B, H, W, C).
+            indices: None for every block, an int n for the last n, or a list
+                of block indices (negative counts from the end).
+            output_format: "NHWC" (B, rows, cols, D) feature maps of the
+                patch tokens, or "NLC" (B, N, D) token sequences.
+            norm: apply the model's final LayerNorm to each (where the model
+                normalises its tokens).
+            prefix_tokens: also return each block's prefix tokens (B, P, D)
+                (class, distillation, register tokens): a list of (features,
+                prefix) pairs.
+
+        Returns a list, one entry per chosen block, in block order.
+        """
+        chosen = block_indices(self.config.num_layers, indices)
+        x = self.embed(images, training=training)
+        out = []
+        for i, block in enumerate(self.encoder.blocks[:max(chosen) + 1]):
+            x = block(x, training=training)
+            if i in chosen:
+                out.append(self.dense_features(x, images, output_format, norm, prefix_tokens))
+        return out
+
+    def dense_features(self, tokens, images, output_format="NHWC", norm=False, prefix_tokens=False):
+        """One block's tokens (B, T, D) -> its patch features, as `forward_intermediates` returns them."""
+        if output_format not in ("NHWC", "NLC"):
+            raise UserError(f"output_format must be 'NHWC' or 'NLC', got {output_format!r}.")
+        if norm and self.encoder.encoder_norm is not None:
+            tokens = self.encoder.encoder_norm(tokens)
+        prefix = self.num_prefix_tokens
+        if output_format == "NHWC":
+            features = self.feature_map_layer()(tokens, images)
+        else:
+            features = tokens[:, prefix:]
+        return (features, tokens[:, :prefix]) if prefix_tokens else features
+
+    def feature_map_layer(self, name=None):
+        """The layer putting this model's patch tokens back on their grid (TokensToMap)."""
+        return vit_layers.TokensToMap(self.num_prefix_tokens, self.config.total_stride, pad=self.dynamic_image_pad,
+                                      name=name)
+
+    @property
+    def backbone(self):
+        """The model up to its encoded tokens: a keras.Model images -> (B, T, D)
+        (embedding, prefix tokens, encoder, final norm) sharing this model's
+        layers and weights; heads (pooling, projection, classifier) read its output."""
+        return keras.Model(self.inputs[0], self.encoder.output, name=f"{self.name}_backbone")
 
     @property
     def labels(self):
@@ -552,40 +549,159 @@ def _vits_in(model, seen=None) -> list:
     return [vit for layer in getattr(model, "layers", ()) for vit in _vits_in(layer, seen)]
 
 
-def embed_images(images, preprocessing, resnet, patch_embedding, class_token, position_embedding,
-                 embedding_dropout, training=None, patch_hook=None, padding=None):
+# Every layer a ViT may hold, by its handle on the model (`ViT.<part>`); None where the config has none.
+PARTS = ("preprocessing", "padding", "resnet", "patch_embedding", "class_token", "distillation_token",
+         "position_embedding", "register_tokens", "embedding_dropout", "pre_norm", "encoder", "pooling",
+         "pooled_norm", "projection", "pre_logits", "head")
+
+
+def _build_layers(config, grid, include_top, num_classes, classifier_activation, include_preprocessing,
+                  dynamic_image_size, dynamic_image_pad):
+    """The ViT's layers for `config`, named as the official checkpoint's modules
+    (keras_vit.weights.layout maps them), as a namespace of PARTS."""
+    stride = config.total_stride
+    positioned, prefix = config.num_positioned_prefix_tokens, config.num_prefix_tokens
+    epsilon = config.layer_norm_epsilon
+    parts = dict.fromkeys(PARTS)
+    if include_preprocessing:
+        parts["preprocessing"] = _preprocessing_layer(config.pixel_normalization)
+    if dynamic_image_pad:
+        parts["padding"] = vit_layers.PadToMultiple(stride, name="dynamic_pad")
+    if config.resnet:
+        parts["resnet"] = vit_layers.ResNetStem(config.resnet.num_layers, config.resnet.width_factor, name="resnet")
+    parts["patch_embedding"] = vit_layers.PatchEmbedding(config.hidden_size, config.patch_size,
+                                                         use_bias=config.patch_bias, name="embedding")
+    if config.classifier in ("token", "token_gap"):
+        parts["class_token"] = vit_layers.ClassToken(name="cls")
+    if config.distillation_token:
+        parts["distillation_token"] = vit_layers.InsertTokens(1, offset=1, name="dist_token")
+    parts["position_embedding"] = _position_embedding(config, grid, stride if dynamic_image_size else None)
+    if config.num_register_tokens:
+        parts["register_tokens"] = vit_layers.InsertTokens(config.num_register_tokens, offset=positioned,
+                                                           name="reg_tokens")
+    parts["embedding_dropout"] = (
+        vit_layers.PatchDropout(config.patch_dropout, prefix, config.dropout_rate, name="embedding_dropout")
+        if config.patch_dropout else keras.layers.Dropout(config.dropout_rate, name="embedding_dropout"))
+    if config.pre_norm:
+        parts["pre_norm"] = keras.layers.LayerNormalization(epsilon=epsilon, name="pre_norm")
+    parts["encoder"] = vit_layers.Encoder(
+        config.num_layers, config.num_heads, config.mlp_dim, config.dropout_rate, config.attention_dropout_rate,
+        config.stochastic_depth_rate, epsilon, config.gelu_approximate,
+        relative_position_grid=grid if config.position_embedding == "relative" else None,
+        num_prefix_tokens=prefix, layer_scale_init=config.layer_scale_init,
+        mlp_activation=config.mlp_activation, final_norm=config.final_norm == "tokens", name="Transformer")
+    if config.classifier == "map":
+        parts["pooling"] = vit_layers.MAPHead(config.num_heads, config.mlp_dim, epsilon, config.gelu_approximate,
+                                              config.mlp_activation, name="MAPHead_0")
+    else:
+        # A "gap" model's prefix holds registers only; None keeps older files' config as it was.
+        parts["pooling"] = vit_layers.TokenPooling(config.classifier, num_prefix_tokens=prefix, name="pooling")
+    if config.final_norm == "pooled":
+        parts["pooled_norm"] = keras.layers.LayerNormalization(epsilon=epsilon, name="pooled_norm")
+    if config.projection_size:
+        parts["projection"] = keras.layers.Dense(config.projection_size, use_bias=False, name="projection")
+    if config.representation_size:
+        parts["pre_logits"] = keras.layers.Dense(config.representation_size, activation="tanh", name="pre_logits")
+    if include_top and config.distillation_head:
+        parts["head"] = vit_layers.DistillationHead(num_classes, classifier_activation, name="head")
+    elif include_top:
+        # Zero-initialised: the fine-tuning convention of the official code.
+        # float32 so that logits stay float32 under mixed precision.
+        parts["head"] = keras.layers.Dense(num_classes, kernel_initializer="zeros",
+                                           activation=classifier_activation, name="head", dtype="float32")
+    return types.SimpleNamespace(**parts)
+
+
+def _preprocessing_layer(normalization):
+    """Pixels 0..255 -> what the weights expect (keras_vit.images.NORMALIZATIONS),
+    inside the model (include_preprocessing=True)."""
+    if normalization == "minus_one_to_one":  # the layer every earlier .keras file holds
+        return keras.layers.Rescaling(1.0 / 127.5, offset=-1.0, name="preprocessing")
+    from keras_vit.images import NORMALIZATIONS
+
+    mean, std = (np.asarray(v, np.float64) for v in NORMALIZATIONS[normalization])
+    return keras.layers.Rescaling(list(1.0 / std), offset=list(-mean / std), name="preprocessing")
+
+
+def embed_images(images, parts, training=None, patch_hook=None):
     """The one embedding path: images -> the tokens the encoder sees (B, T, D).
 
     [preprocessing] -> [padding] -> [ResNet stem] -> patch embedding ->
-    [patch_hook] -> [class token] -> [+ position embedding] -> dropout. A
-    dynamic position embedding (one with a `stride`) is also given the
-    images, whose size sets its grid. The ViT builds its
-    graph with it (symbolic tensors) and `ViT.embed` calls it with the
-    model's layers (eager or traced), so the two cannot disagree.
-    Optional layers are None. training=None leaves the mode to the caller's
-    context (inside the functional graph: the model's call).
+    [patch_hook] -> [class token] -> [distillation token] -> [+ position
+    embedding] -> [registers] -> dropout -> [pre-norm]. `parts` holds the
+    layers (a ViT, or the namespace its constructor builds; optional ones
+    None). A dynamic position embedding (one with a `stride`) is also given
+    the images, whose size sets its grid. The ViT builds its graph with it
+    (symbolic tensors) and `ViT.embed` calls it with the model's layers
+    (eager or traced), so the two cannot disagree. training=None leaves the
+    mode to the caller's context (inside the functional graph: the model's call).
     """
-    x = preprocessing(images) if preprocessing is not None else images
-    if padding is not None:
-        x = padding(x)  # (B, H', W', C), multiples of the stride
+    x = parts.preprocessing(images) if parts.preprocessing is not None else images
+    if parts.padding is not None:
+        x = parts.padding(x)  # (B, H', W', C), multiples of the stride
     pixels = x
-    if resnet is not None:
-        x = resnet(x, training=training)  # (B, H/s, W/s, C)
-    x = patch_embedding(x)  # (B, N, D)
+    if parts.resnet is not None:
+        x = parts.resnet(x, training=training)  # (B, H/s, W/s, C)
+    x = parts.patch_embedding(x)  # (B, N, D)
     if patch_hook is not None:
         x = patch_hook(x)
-    if class_token is not None:
-        x = class_token(x)  # (B, N + 1, D)
+    for prefix in (parts.class_token, parts.distillation_token):
+        if prefix is not None:
+            x = prefix(x)  # (B, 1 [+ 1] + N, D)
+    position_embedding = parts.position_embedding
     if position_embedding is not None:
         dynamic = getattr(position_embedding, "stride", None) is not None
         x = position_embedding(x, pixels) if dynamic else position_embedding(x)
-    return embedding_dropout(x, training=training)
+    if parts.register_tokens is not None:
+        x = parts.register_tokens(x)  # after the positions: registers have none
+    x = parts.embedding_dropout(x, training=training)
+    return parts.pre_norm(x) if parts.pre_norm is not None else x
+
+
+def read_out(tokens, parts):
+    """The encoded tokens (B, T, D) -> the model's output: the head's (logits,
+    or probabilities with its activation), or without a head the pooled image
+    embedding (after [pooled norm], [projection], [pre-logits])."""
+    if isinstance(parts.head, vit_layers.DistillationHead):
+        return parts.head(tokens)  # reads the class and distillation tokens itself
+    x = pooled_embedding(tokens, parts)
+    return parts.head(x) if parts.head is not None else x
+
+
+def pooled_embedding(tokens, parts):
+    """pooling -> [pooled norm] -> [projection] -> [pre-logits]: the image
+    embedding a head reads (what transformers calls pooler_output, or CLIP's
+    image_embeds)."""
+    x = parts.pooling(tokens)
+    for layer in (parts.pooled_norm, parts.projection, parts.pre_logits):
+        if layer is not None:
+            x = layer(x)
+    return x
+
+
+def block_indices(num_layers, indices=None):
+    """forward_intermediates' `indices` -> sorted block numbers: None for all,
+    an int n for the last n, a list of indices (negative from the end)."""
+    if indices is None:
+        return list(range(num_layers))
+    if isinstance(indices, int):
+        if not 0 < indices <= num_layers:
+            raise UserError(f"indices={indices} asks for the last {indices} blocks of {num_layers}: use 1 to "
+                            f"{num_layers}, or a list of block indices.")
+        return list(range(num_layers - indices, num_layers))
+    chosen = []
+    for index in indices:
+        if not -num_layers <= int(index) < num_layers:
+            raise UserError(f"Block index {index} is out of range for {num_layers} blocks (0 to {num_layers - 1}, "
+                            f"or negative from the end).")
+        chosen.append(int(index) % num_layers)
+    return sorted(set(chosen))
 
 
 def prefix_tokens_of(config: ViTConfig) -> int:
-    """The one rule for the tokens before the patch grid: a class token with
-    classifier="token", none with "gap" (`ViT.num_prefix_tokens`)."""
-    return 1 if config.classifier == "token" else 0
+    """The one rule for the tokens before the patch grid (ViTConfig.num_prefix_tokens):
+    class token, distillation token, registers (`ViT.num_prefix_tokens`)."""
+    return config.num_prefix_tokens
 
 
 def activation_name(activation):
@@ -627,17 +743,22 @@ def returns_probabilities(model) -> bool:
     return output_activation(model) is not None
 
 
-def _position_embedding(kind, grid, num_prefix_tokens, stride=None):
-    """The layer that adds `kind` of position embedding to the tokens, or None
-    when nothing is added ("relative" lives in the attention, "none" is none).
-    Every absolute kind is named "posembed_input", the official module name.
-    `stride` (pixels per token) makes it follow the images' grid (a dynamic model)."""
+def _position_embedding(config, grid, stride=None):
+    """The layer that adds the config's kind of position embedding to the
+    tokens, or None when nothing is added ("relative" lives in the attention,
+    "none" is none). Every absolute kind is named "posembed_input", the
+    official module name. `stride` (pixels per token) makes it follow the
+    images' grid (a dynamic model); registers come after it, so its prefix is
+    the class and distillation tokens."""
+    kind, prefix = config.position_embedding, config.num_positioned_prefix_tokens
     if kind == "learned_1d":
-        return vit_layers.PositionEmbedding(grid, num_prefix_tokens, stride=stride, name="posembed_input")
+        interpolation = config.position_interpolation
+        extra = {} if interpolation == "linear" else {"interpolation": interpolation}
+        return vit_layers.PositionEmbedding(grid, prefix, stride=stride, name="posembed_input", **extra)
     if kind == "learned_2d":
-        return vit_layers.PositionEmbedding2D(grid, num_prefix_tokens, stride=stride, name="posembed_input")
+        return vit_layers.PositionEmbedding2D(grid, prefix, stride=stride, name="posembed_input")
     if kind == "sincos_2d":
-        return vit_layers.SinCosPositionEmbedding2D(grid, num_prefix_tokens, stride=stride, name="posembed_input")
+        return vit_layers.SinCosPositionEmbedding2D(grid, prefix, stride=stride, name="posembed_input")
     return None
 
 

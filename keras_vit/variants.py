@@ -27,7 +27,22 @@ _SIZES = {
 }
 
 
-def _vit(size: str, patch_size: int, resnet: ResNetConfig = None) -> ViTConfig:
+# What each descendant changes in the paper's ViT (ViTConfig's fields), with the
+# numerics of its transformers checkpoints (LayerNorm eps, GELU form).
+_FAMILIES = {
+    "DeiT": dict(distillation_token=True, distillation_head=True, layer_norm_epsilon=1e-12, gelu_approximate=False,
+                 position_interpolation="bicubic", pixel_normalization="imagenet"),
+    "DINOv2": dict(layer_scale_init=1.0, gelu_approximate=False, position_interpolation="bicubic",
+                   pixel_normalization="imagenet"),
+    "DINOv2-reg": dict(layer_scale_init=1.0, gelu_approximate=False, num_register_tokens=4,
+                       position_interpolation="bicubic_antialias", pixel_normalization="imagenet"),
+    "SigLIP": dict(classifier="map", position_interpolation="bicubic"),
+    "CLIP": dict(pre_norm=True, final_norm="pooled", patch_bias=False, mlp_activation="quick_gelu",
+                 layer_norm_epsilon=1e-5, position_interpolation="bicubic", pixel_normalization="clip"),
+}
+
+
+def _vit(size: str, patch_size: int, resnet: ResNetConfig = None, family: str = None, **fields) -> ViTConfig:
     hidden_size, num_layers, num_heads, mlp_dim = _SIZES[size]
     return ViTConfig(
         patch_size=patch_size,
@@ -36,6 +51,8 @@ def _vit(size: str, patch_size: int, resnet: ResNetConfig = None) -> ViTConfig:
         num_heads=num_heads,
         num_layers=num_layers,
         resnet=resnet,
+        **(_FAMILIES[family] if family else {}),
+        **fields,
     )
 
 
@@ -57,6 +74,19 @@ VARIANTS: Dict[str, ViTConfig] = {
     "R26+B/32": _vit("B", 1, ResNetConfig(num_layers=(2, 2, 2, 2))),
     # vit_jax's R_Ti_16: the root block only, then 8x8 patches (see the module docstring).
     "R+Ti/16": _vit("Ti", 8, ResNetConfig(num_layers=())),
+    # The descendants (their transformers checkpoints load with keras_vit.from_pretrained).
+    "DeiT-Ti/16": _vit("Ti", 16, family="DeiT"),
+    "DeiT-S/16": _vit("S", 16, family="DeiT"),
+    "DeiT-B/16": _vit("B", 16, family="DeiT"),
+    "DINOv2-S/14": _vit("S", 14, family="DINOv2"),
+    "DINOv2-B/14": _vit("B", 14, family="DINOv2"),
+    "DINOv2-L/14": _vit("L", 14, family="DINOv2"),
+    "DINOv2-reg-S/14": _vit("S", 14, family="DINOv2-reg"),
+    "DINOv2-reg-B/14": _vit("B", 14, family="DINOv2-reg"),
+    "SigLIP-B/16": _vit("B", 16, family="SigLIP"),
+    "CLIP-B/32": _vit("B", 32, family="CLIP", projection_size=512),
+    "CLIP-B/16": _vit("B", 16, family="CLIP", projection_size=512),
+    "CLIP-L/14": _vit("L", 14, family="CLIP", projection_size=768),
 }
 """Every named size: variant name -> ViTConfig (`keras-vit variants` prints them). Hybrids are
 "R50+B/16"-style names; "Mu/4" is the micro model of the demo."""
@@ -102,8 +132,12 @@ def canonical_name(name_or_config) -> str:
 
 
 def _architecture(config: ViTConfig):
-    return (config.patch_size, config.hidden_size, config.mlp_dim, config.num_heads,
-            config.num_layers, config.resnet)
+    """What makes a variant: sizes, stem, and the backbone's family traits (not its
+    head, dropout or numerics: a DINOv2 classifier is still DINOv2-S/14)."""
+    return (config.patch_size, config.hidden_size, config.mlp_dim, config.num_heads, config.num_layers,
+            config.resnet, config.distillation_token, config.num_register_tokens,
+            config.layer_scale_init is not None, config.mlp_activation, config.pre_norm, config.final_norm,
+            config.classifier == "map")
 
 
 def list_variants() -> List[str]:

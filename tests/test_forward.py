@@ -1,5 +1,5 @@
 """The forward path: one embedding function (model graph, ViT.embed, masked
-patch prediction) and forward_intermediates, checked against a plain-numpy
+patch prediction) and forward_stages, checked against a plain-numpy
 ViT and against the model's own call."""
 
 import keras
@@ -33,14 +33,14 @@ def block_params(params, i):
     }
 
 
-def test_forward_intermediates_match_a_numpy_vit_stage_by_stage(tmp_path):
+def test_forward_stages_match_a_numpy_vit_stage_by_stage(tmp_path):
     config = tiny_config(num_layers=3)
     rng = np.random.default_rng(0)
     params = official_params(config, grid=(4, 4), num_classes=7, representation_size=16, rng=rng)
     model = keras_vit.ViT(config, image_size=16, num_classes=7, representation_size=16,
                           weights=write_npz(tmp_path / "w.npz", params))
     images = rng.uniform(-1, 1, size=(2, 16, 16, 3)).astype("float32")
-    out = model.forward_intermediates(images)
+    out = model.forward_stages(images)
 
     # The embedding, by hand: patches row-major, projected, class token, position embedding.
     patches = images.reshape(2, 4, 4, 4, 4, 3).transpose(0, 1, 3, 2, 4, 5).reshape(2, 16, 48)
@@ -67,7 +67,7 @@ def test_forward_intermediates_match_a_numpy_vit_stage_by_stage(tmp_path):
 
 
 @pytest.mark.parametrize("kind", ["token", "gap", "hybrid", "no_top"])
-def test_forward_intermediates_equal_the_models_call(kind):
+def test_forward_stages_equal_the_models_call(kind):
     keras.utils.set_random_seed(3)
     if kind == "hybrid":
         model = keras_vit.ViT(tiny_hybrid_config(), image_size=32, num_classes=3, include_preprocessing=True)
@@ -82,7 +82,7 @@ def test_forward_intermediates_equal_the_models_call(kind):
     images = (images * (255 if model.include_preprocessing else 1)).astype("float32")
     expected = np.asarray(model(images))
     for with_attention in (True, False):
-        out = model.forward_intermediates(images, attention=with_attention)
+        out = model.forward_stages(images, attention=with_attention)
         final = out["logits"] if model.include_top else out["pre_logits"]
         assert ("logits" in out) == model.include_top and ("attention" in out) == with_attention
         # The explicit attention path differs from the fused kernel by float rounding only.

@@ -67,7 +67,7 @@ def test_builds_with_its_layer_and_forward_intermediates_agree(rng, kind, classi
         assert (relative[0].prefix_bias is not None) == (classifier == "token")
     perturbed(model, rng)
     x = images(rng, 16)[:, :, :12]
-    out = model.forward_intermediates(x)  # the explicit attention path, bias included
+    out = model.forward_stages(x)  # the explicit attention path, bias included
     np.testing.assert_allclose(out["logits"], np.asarray(model(x)), rtol=1e-4, atol=1e-4)
     np.testing.assert_allclose(out["embeddings"], np.asarray(model.embed(x)), rtol=1e-6)
 

@@ -36,7 +36,8 @@ def probabilities(model, images):
     class on its own), else the softmax of its logits."""
     x = tf.cast(images, tf.float32)
     if not takes_raw_pixels(model):
-        x = images_lib.to_model_range(x)  # plain arithmetic on a tf tensor: no Keras op in the graph
+        # plain arithmetic on a tf tensor: no Keras op in the graph
+        x = images_lib.normalize(x, images_lib.pixel_normalization(model))
     scores = tf.cast(model(x, training=False), tf.float32)
     return scores if returns_probabilities(model) else tf.nn.softmax(scores, axis=-1)
 

@@ -69,7 +69,8 @@ def position_embedding_similarity(model):
         raise UserError(f"{model.name} has no position embedding table (position_embedding="
                          f"{model.config.position_embedding!r}): position similarity needs an absolute kind.")
     table = np.asarray(ops.convert_to_numpy(model.position_embedding.table()), np.float64)[0]  # (T, D)
-    return cosine_similarity_grid(table[num_prefix_tokens(model):], model.grid_size)
+    # The table's rows: the positioned prefix (class, distillation token), then the grid.
+    return cosine_similarity_grid(table[model.config.num_positioned_prefix_tokens:], model.grid_size)
 
 
 def cosine_similarity_grid(embeddings, grid_size):

@@ -1,6 +1,6 @@
 """Attention probabilities and attention rollout, read from the model itself.
 
-The probabilities come from `model.forward_intermediates(x)`: one pass
+The probabilities come from `model.forward_stages(x)`: one pass
 through the model's own layers and weights (not a second implementation that
 could drift from it) that also yields the encoded tokens and the logits, so
 a figure set needs the encoder once per image (`forward_batches`).
@@ -8,9 +8,12 @@ a figure set needs the encoder once per image (`forward_batches`).
 Which tokens a map shows:
   * classifier="token": the class token's row (what the read-out token
     attends to), over the patch tokens.
-  * classifier="gap": there is no class token; the model's output is the
-    mean of all tokens, so the row that matters is the mean of all query
-    rows. Maps show that mean row, over the patch tokens.
+  * classifier="gap" (and "map"): there is no class token; the model's
+    output is the mean of the patch tokens, so the row that matters is the
+    mean of the patch tokens' query rows. Maps show that mean row, over the
+    patch tokens.
+Prefix tokens (class, DeiT's distillation token, DINOv2's registers:
+`num_prefix_tokens`) are never shown: a map covers the patch grid only.
 """
 
 from __future__ import annotations
@@ -23,8 +26,16 @@ from keras_vit.errors import UserError
 
 def num_prefix_tokens(model):
     """Tokens before the patches, as the model says (ViT.num_prefix_tokens):
-    1 with a class token, 0 for classifier="gap"."""
+    the class token, DeiT's distillation token and DINOv2's registers (0 for
+    a plain classifier="gap" model)."""
     return model.num_prefix_tokens
+
+
+def reads_class_token(model) -> bool:
+    """Whether the model's read-out is its class token (sequence position 0):
+    the row `patch_map` shows. Not for "gap"/"map", whose prefix (registers
+    only) is not what the output reads."""
+    return getattr(model, "class_token", None) is not None
 
 
 def embed(model, x):
@@ -40,14 +51,14 @@ def forward_batches(model, images, batch_size=16):
         images: pixels (B, H, W, C) in 0..255 (see `keras_vit.images`).
         batch_size: images per forward pass.
 
-    Yields, per batch, float32 numpy arrays from `model.forward_intermediates`:
+    Yields, per batch, float32 numpy arrays from `model.forward_stages`:
         "tokens" (b, T, D): the encoder's output;
         "attention" (b, layers, heads, T, T): every block's probabilities;
         "logits" (b, num_classes): the model's output (only with a head).
     """
     for start in range(0, len(images), batch_size):
         x = model_inputs(model, images[start:start + batch_size])
-        out = model.forward_intermediates(x, training=False)
+        out = model.forward_stages(x, training=False)
         batch = {
             "tokens": np.asarray(out["tokens"], dtype=np.float32),
             "attention": np.stack([np.asarray(s, dtype=np.float32) for s in out["attention"]], axis=1),
@@ -104,16 +115,19 @@ def attention_rollout(probabilities):
     return rollout.astype(np.float32)
 
 
-def patch_map(matrix, grid_size, prefix_tokens):
+def patch_map(matrix, grid_size, prefix_tokens, class_token=None):
     """The read-out row of a (..., T, T) attention or rollout matrix as a patch grid.
 
-    With a class token (prefix_tokens=1) that is row 0; without one (GAP)
-    the mean of all rows, since the pooled output is the mean of all tokens.
-    Returns (..., rows, cols) over the patch tokens (class token column
+    With a class token (`class_token`; default: any prefix token) that is
+    row 0; without one (GAP) the mean of the patch tokens' rows (all rows
+    without a prefix), since the pooled output is their mean. Returns
+    (..., rows, cols) over the patch tokens (the prefix tokens' columns
     dropped, not renormalised).
     """
     m = np.asarray(matrix)
-    row = m[..., 0, :] if prefix_tokens else m.mean(axis=-2)  # (..., T)
+    if class_token is None:
+        class_token = bool(prefix_tokens)
+    row = m[..., 0, :] if class_token else m[..., prefix_tokens:, :].mean(axis=-2)  # (..., T)
     rows, cols = grid_size
     return row[..., prefix_tokens:].reshape(row.shape[:-1] + (rows, cols))
 
@@ -121,10 +135,11 @@ def patch_map(matrix, grid_size, prefix_tokens):
 def rollout_maps(model, images, batch_size=16):
     """Attention rollout of each image as a patch grid (B, rows, cols); see `patch_map`."""
     _, probabilities = encoder_attention(model, images, batch_size=batch_size)
-    return patch_map(attention_rollout(probabilities), model.grid_size, num_prefix_tokens(model))
+    return patch_map(attention_rollout(probabilities), model.grid_size, num_prefix_tokens(model),
+                     reads_class_token(model))
 
 
 def head_maps(model, images, batch_size=16):
     """Per-layer, per-head read-out attention as patch grids (B, layers, heads, rows, cols)."""
     _, probabilities = encoder_attention(model, images, batch_size=batch_size)
-    return patch_map(probabilities, model.grid_size, num_prefix_tokens(model))
+    return patch_map(probabilities, model.grid_size, num_prefix_tokens(model), reads_class_token(model))

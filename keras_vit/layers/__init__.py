@@ -3,7 +3,10 @@
 from keras_vit.layers.attention import MultiHeadSelfAttention
 from keras_vit.layers.class_token import ClassToken
 from keras_vit.layers.encoder import Encoder
+from keras_vit.layers.feature_map import TokensToMap
 from keras_vit.layers.grid_resize import PadToMultiple
+from keras_vit.layers.heads import DistillationHead, MAPHead
+from keras_vit.layers.layer_scale import LayerScale
 from keras_vit.layers.encoder_block import LAYER_NORM_EPSILON, EncoderBlock
 from keras_vit.layers.mlp import MlpBlock
 from keras_vit.layers.patch_corruption import PatchCorruption
@@ -17,11 +20,16 @@ from keras_vit.layers.resnet import BottleneckUnit, ResNetStem
 from keras_vit.layers.sincos_position_embedding import SinCosPositionEmbedding2D, sincos_2d_table
 from keras_vit.layers.std_conv import StdConv2D
 from keras_vit.layers.stochastic_depth import StochasticDepth
+from keras_vit.layers.tokens import InsertTokens
 
 __all__ = [
     "PatchDropout",
     "BottleneckUnit",
     "ClassToken",
+    "DistillationHead",
+    "InsertTokens",
+    "LayerScale",
+    "MAPHead",
     "Encoder",
     "EncoderBlock",
     "LAYER_NORM_EPSILON",
@@ -38,5 +46,6 @@ __all__ = [
     "StdConv2D",
     "StochasticDepth",
     "TokenPooling",
+    "TokensToMap",
     "sincos_2d_table",
 ]

@@ -2,7 +2,7 @@
 
 import keras
 
-from keras_vit.layers.encoder_block import LAYER_NORM_EPSILON, EncoderBlock
+from keras_vit.layers.encoder_block import LAYER_NORM_EPSILON, EncoderBlock, _family_config
 from keras_vit.layers.position_embedding_2d import grid_tuple
 
 
@@ -22,12 +22,19 @@ class Encoder(keras.layers.Layer):
     relative_position_grid=(rows, cols) gives every block's attention its
     own RelativePositionBias (position_embedding="relative"), for a grid
     after `num_prefix_tokens` prefix tokens.
+
+    final_norm=False leaves the tokens un-normalised (CLIP normalises the
+    pooled vector instead: the model's "pooled_norm").
     """
 
     def __init__(self, num_layers, num_heads, mlp_dim, dropout_rate=0.0, attention_dropout_rate=0.0,
                  stochastic_depth_rate=0.0, layer_norm_epsilon=LAYER_NORM_EPSILON, gelu_approximate=True,
-                 relative_position_grid=None, num_prefix_tokens=0, **kwargs):
+                 relative_position_grid=None, num_prefix_tokens=0, layer_scale_init=None, mlp_activation="gelu",
+                 final_norm=True, **kwargs):
         super().__init__(**kwargs)
+        self.layer_scale_init = None if layer_scale_init is None else float(layer_scale_init)
+        self.mlp_activation = mlp_activation
+        self.final_norm = bool(final_norm)
         self.relative_position_grid = None if relative_position_grid is None else grid_tuple(relative_position_grid)
         self.num_prefix_tokens = int(num_prefix_tokens)
         self.layer_norm_epsilon = float(layer_norm_epsilon)
@@ -49,18 +56,21 @@ class Encoder(keras.layers.Layer):
                 self.gelu_approximate,
                 self.relative_position_grid,
                 self.num_prefix_tokens,
+                self.layer_scale_init,
+                self.mlp_activation,
                 name=f"encoderblock_{i}",
                 dtype=self.dtype_policy,
             )
             for i in range(self.num_layers)
         ]
         self.encoder_norm = keras.layers.LayerNormalization(
-            epsilon=self.layer_norm_epsilon, name="encoder_norm", dtype=self.dtype_policy)
+            epsilon=self.layer_norm_epsilon, name="encoder_norm", dtype=self.dtype_policy) if self.final_norm else None
 
     def build(self, input_shape):
         for block in self.blocks:
             block.build(input_shape)
-        self.encoder_norm.build(input_shape)
+        if self.encoder_norm is not None:
+            self.encoder_norm.build(input_shape)
 
     def call(self, x, training=False, return_attention_scores=False, return_block_outputs=False):
         scores, block_outputs = [], []
@@ -71,7 +81,8 @@ class Encoder(keras.layers.Layer):
             else:
                 x = block(x, training=training)
             block_outputs.append(x)
-        x = self.encoder_norm(x)
+        if self.encoder_norm is not None:
+            x = self.encoder_norm(x)
         extras = ([scores] if return_attention_scores else []) + ([block_outputs] if return_block_outputs else [])
         return (x, *extras) if extras else x
 
@@ -92,4 +103,6 @@ class Encoder(keras.layers.Layer):
             "relative_position_grid": (
                 None if self.relative_position_grid is None else list(self.relative_position_grid)),
             "num_prefix_tokens": self.num_prefix_tokens,
+            **_family_config(self),
+            **({} if self.final_norm else {"final_norm": False}),
         }

@@ -3,6 +3,7 @@
 import keras
 
 from keras_vit.layers.attention import MultiHeadSelfAttention
+from keras_vit.layers.layer_scale import LayerScale
 from keras_vit.layers.mlp import MlpBlock
 from keras_vit.layers.position_embedding_2d import grid_tuple
 from keras_vit.layers.stochastic_depth import StochasticDepth, seed_generators_of
@@ -13,7 +14,8 @@ LAYER_NORM_EPSILON = 1e-6
 
 @keras.saving.register_keras_serializable(package="keras_vit")
 class EncoderBlock(keras.layers.Layer):
-    """x + Attention(LN(x)), then x + MLP(LN(x)) (the paper's Eq. 2-3).
+    """x + Attention(LN(x)), then x + MLP(LN(x)) (the paper's Eq. 2-3); with
+    layer_scale_init each branch is scaled by its own LayerScale (DINOv2).
 
     Args:
         num_heads: attention heads.
@@ -27,12 +29,17 @@ class EncoderBlock(keras.layers.Layer):
             position bias in the attention (position_embedding="relative"),
             else None.
         num_prefix_tokens: tokens before the grid (1 with a class token).
+        layer_scale_init: initial LayerScale value ("ls1", "ls2"); None: none.
+        mlp_activation: "gelu", "quick_gelu" or "swiglu" (MlpBlock).
     """
 
     def __init__(self, num_heads, mlp_dim, dropout_rate=0.0, attention_dropout_rate=0.0,
                  stochastic_depth_rate=0.0, layer_norm_epsilon=LAYER_NORM_EPSILON, gelu_approximate=True,
-                 relative_position_grid=None, num_prefix_tokens=0, **kwargs):
+                 relative_position_grid=None, num_prefix_tokens=0, layer_scale_init=None, mlp_activation="gelu",
+                 **kwargs):
         super().__init__(**kwargs)
+        self.layer_scale_init = None if layer_scale_init is None else float(layer_scale_init)
+        self.mlp_activation = mlp_activation
         self.relative_position_grid = None if relative_position_grid is None else grid_tuple(relative_position_grid)
         self.num_prefix_tokens = int(num_prefix_tokens)
         self.layer_norm_epsilon = float(layer_norm_epsilon)
@@ -50,13 +57,19 @@ class EncoderBlock(keras.layers.Layer):
             name="MultiHeadDotProductAttention_1", dtype=policy)
         self.mlp_norm = keras.layers.LayerNormalization(
             epsilon=self.layer_norm_epsilon, name="LayerNorm_2", dtype=policy)
-        self.mlp = MlpBlock(self.mlp_dim, self.dropout_rate, self.gelu_approximate, name="MlpBlock_3", dtype=policy)
+        self.mlp = MlpBlock(self.mlp_dim, self.dropout_rate, self.gelu_approximate, self.mlp_activation,
+                            name="MlpBlock_3", dtype=policy)
+        scaled = self.layer_scale_init is not None
+        self.attention_scale = LayerScale(self.layer_scale_init, name="ls1", dtype=policy) if scaled else None
+        self.mlp_scale = LayerScale(self.layer_scale_init, name="ls2", dtype=policy) if scaled else None
         self.dropout = keras.layers.Dropout(self.dropout_rate, dtype=policy)
         self.drop_path = StochasticDepth(self.stochastic_depth_rate, dtype=policy)
 
     def build(self, input_shape):
-        for layer in (self.attention_norm, self.attention, self.mlp_norm, self.mlp):
-            layer.build(input_shape)
+        for layer in (self.attention_norm, self.attention, self.mlp_norm, self.mlp, self.attention_scale,
+                      self.mlp_scale):
+            if layer is not None:
+                layer.build(input_shape)
 
     @property
     def seed_generators(self):
@@ -101,8 +114,14 @@ class EncoderBlock(keras.layers.Layer):
             y, scores = self.attention(y, training=training, return_attention_scores=True)
         else:
             y = self.attention(y, training=training)
-        x = x + self.drop_path(self.dropout(y, training=training), training=training)
-        x = x + self.drop_path(self.mlp(self.mlp_norm(x), training=training), training=training)
+        y = self.dropout(y, training=training)
+        if self.attention_scale is not None:
+            y = self.attention_scale(y)
+        x = x + self.drop_path(y, training=training)
+        y = self.mlp(self.mlp_norm(x), training=training)
+        if self.mlp_scale is not None:
+            y = self.mlp_scale(y)
+        x = x + self.drop_path(y, training=training)
         return (x, scores) if return_attention_scores else x
 
     def compute_output_shape(self, input_shape):
@@ -121,4 +140,16 @@ class EncoderBlock(keras.layers.Layer):
             "relative_position_grid": (
                 None if self.relative_position_grid is None else list(self.relative_position_grid)),
             "num_prefix_tokens": self.num_prefix_tokens,
+            **_family_config(self),
         }
+
+
+def _family_config(layer):
+    """The block options added with the ViT family (DINOv2, CLIP), only where they
+    differ from the default: older `.keras` files, which lack them, keep loading."""
+    config = {}
+    if layer.layer_scale_init is not None:
+        config["layer_scale_init"] = layer.layer_scale_init
+    if layer.mlp_activation != "gelu":
+        config["mlp_activation"] = layer.mlp_activation
+    return config

@@ -1,6 +1,7 @@
 """The position-wise MLP of an encoder block."""
 
 import keras
+from keras import ops
 
 from keras_vit.layers import fused
 from keras_vit.layers.stochastic_depth import seed_generators_of
@@ -12,13 +13,17 @@ class MlpBlock(keras.layers.Layer):
 
     `gelu_approximate=True` is the tanh approximation of the official code;
     False is the exact (erf) GELU of HF transformers, timm and keras-hub.
+    `activation="quick_gelu"` is CLIP's x * sigmoid(1.702 x); "swiglu" is
+    DINOv2's gated unit: Dense_0 maps to 2 * mlp_dim, silu(first half) times
+    the second half goes on (the column order of transformers' weights_in).
 
     Initialisation as the official code: Xavier-uniform kernels, biases
     normal(stddev=1e-6).
     """
 
-    def __init__(self, mlp_dim, dropout_rate=0.0, gelu_approximate=True, **kwargs):
+    def __init__(self, mlp_dim, dropout_rate=0.0, gelu_approximate=True, activation="gelu", **kwargs):
         super().__init__(**kwargs)
+        self.activation = activation
         self.mlp_dim = int(mlp_dim)
         self.dropout_rate = float(dropout_rate)
         self.gelu_approximate = bool(gelu_approximate)
@@ -31,15 +36,16 @@ class MlpBlock(keras.layers.Layer):
 
     def build(self, input_shape):
         bias_init = keras.initializers.RandomNormal(stddev=1e-6)
+        gated = 2 if self.activation == "swiglu" else 1
         self.dense_0 = keras.layers.Dense(
-            self.mlp_dim, kernel_initializer="glorot_uniform", bias_initializer=bias_init,
+            gated * self.mlp_dim, kernel_initializer="glorot_uniform", bias_initializer=bias_init,
             name="Dense_0", dtype=self.dtype_policy,
         )
         self.dense_1 = keras.layers.Dense(
             input_shape[-1], kernel_initializer="glorot_uniform", bias_initializer=bias_init,
             name="Dense_1", dtype=self.dtype_policy,
         )
-        self.dense_0.build(input_shape)
+        self.dense_0.build(input_shape)  # (D, mlp_dim), or (D, 2 * mlp_dim) gated
         self.dense_1.build(tuple(input_shape[:-1]) + (self.mlp_dim,))
 
     # Set by the trainer (keras_vit.training) when its step is not XLA-compiled:
@@ -48,14 +54,25 @@ class MlpBlock(keras.layers.Layer):
     fused_gelu = False
 
     def call(self, x, training=False):
-        gelu = fused.gelu if self.fused_gelu and fused.active(training) else keras.activations.gelu
-        x = gelu(self.dense_0(x), approximate=self.gelu_approximate)
+        x = self._activate(self.dense_0(x), training)
         x = self.dropout(x, training=training)
         return self.dropout(self.dense_1(x), training=training)
+
+    def _activate(self, x, training):
+        if self.activation == "quick_gelu":
+            return x * ops.sigmoid(ops.cast(1.702, x.dtype) * x)
+        if self.activation == "swiglu":
+            gate, value = x[..., :self.mlp_dim], x[..., self.mlp_dim:]
+            return ops.silu(gate) * value
+        gelu = fused.gelu if self.fused_gelu and fused.active(training) else keras.activations.gelu
+        return gelu(x, approximate=self.gelu_approximate)
 
     def compute_output_shape(self, input_shape):
         return input_shape
 
     def get_config(self):
-        return {**super().get_config(), "mlp_dim": self.mlp_dim, "dropout_rate": self.dropout_rate,
-                "gelu_approximate": self.gelu_approximate}
+        config = {**super().get_config(), "mlp_dim": self.mlp_dim, "dropout_rate": self.dropout_rate,
+                  "gelu_approximate": self.gelu_approximate}
+        if self.activation != "gelu":  # older files lack the key: they are all GELU
+            config["activation"] = self.activation
+        return config

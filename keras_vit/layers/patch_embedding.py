@@ -11,13 +11,15 @@ class PatchEmbedding(keras.layers.Layer):
     Args:
         hidden_size: token width D.
         patch_size: patch side in input pixels (or feature-map cells).
+        use_bias: the projection's bias (CLIP's patch embedding has none).
 
     Input (B, H, W, C) -> output (B, (H / p) * (W / p), D), row-major over the
     patch grid, as the official implementation flattens it.
     """
 
-    def __init__(self, hidden_size, patch_size, **kwargs):
+    def __init__(self, hidden_size, patch_size, use_bias=True, **kwargs):
         super().__init__(**kwargs)
+        self.use_bias = bool(use_bias)
         self.hidden_size = int(hidden_size)
         self.patch_size = int(patch_size)
         self.projection = keras.layers.Conv2D(
@@ -25,6 +27,7 @@ class PatchEmbedding(keras.layers.Layer):
             kernel_size=self.patch_size,
             strides=self.patch_size,
             padding="valid",
+            use_bias=self.use_bias,
             kernel_initializer=keras.initializers.LecunNormal(),
             name="projection",
             dtype=self.dtype_policy,
@@ -52,4 +55,7 @@ class PatchEmbedding(keras.layers.Layer):
         return (input_shape[0], n, self.hidden_size)
 
     def get_config(self):
-        return {**super().get_config(), "hidden_size": self.hidden_size, "patch_size": self.patch_size}
+        config = {**super().get_config(), "hidden_size": self.hidden_size, "patch_size": self.patch_size}
+        if not self.use_bias:  # older files lack the key: they all have a bias
+            config["use_bias"] = False
+        return config

@@ -8,26 +8,37 @@ from keras_vit.config import CLASSIFIERS
 
 @keras.saving.register_keras_serializable(package="keras_vit")
 class TokenPooling(keras.layers.Layer):
-    """(B, N, D) -> (B, D).
+    """(B, N, D) -> (B, D) (or (B, 2 D) for "token_gap").
 
     Args:
-        classifier: "token" takes the class token (position 0); "gap" averages
-            every token (a "gap" model has no class token).
+        classifier: "token" takes the class token (position 0); "gap"
+            averages the patch tokens; "token_gap" puts the class token next
+            to that mean (DINOv2's classifier input). ("map" is MAPHead.)
+        num_prefix_tokens: tokens before the patch grid, left out of the
+            mean (registers of a "gap" model; class, registers for "token_gap").
     """
 
-    def __init__(self, classifier="token", **kwargs):
+    def __init__(self, classifier="token", num_prefix_tokens=0, **kwargs):
         super().__init__(**kwargs)
-        if classifier not in CLASSIFIERS:
-            raise ValueError(f"classifier must be one of {CLASSIFIERS}, got {classifier!r}.")
+        if classifier not in CLASSIFIERS or classifier == "map":
+            raise ValueError(f"classifier must be one of ('token', 'gap', 'token_gap') (\"map\" is MAPHead), got {classifier!r}.")
         self.classifier = classifier
+        self.num_prefix_tokens = int(num_prefix_tokens)
 
     def call(self, tokens):
         if self.classifier == "token":
             return tokens[:, 0]
-        return ops.mean(tokens, axis=1)
+        mean = ops.mean(tokens[:, self.num_prefix_tokens:], axis=1)
+        if self.classifier == "gap":
+            return mean
+        return ops.concatenate([tokens[:, 0], mean], axis=-1)
 
     def compute_output_shape(self, input_shape):
-        return (input_shape[0], input_shape[2])
+        width = input_shape[2] * (2 if self.classifier == "token_gap" else 1)
+        return (input_shape[0], width)
 
     def get_config(self):
-        return {**super().get_config(), "classifier": self.classifier}
+        config = {**super().get_config(), "classifier": self.classifier}
+        if self.num_prefix_tokens:  # older files lack the key: their "gap" models had no prefix
+            config["num_prefix_tokens"] = self.num_prefix_tokens
+        return config

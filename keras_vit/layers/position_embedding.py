@@ -24,10 +24,14 @@ class PositionEmbedding(keras.layers.Layer):
         num_prefix_tokens: tokens before the grid (1 with a class token).
         stride: pixels per token side; set by a dynamic model, whose call
             passes its images so that the table follows their grid.
+        interpolation: how the table is resized to another grid in the
+            graph: "linear" (the official loader's) or a family's torch
+            "bicubic" / "bicubic_antialias" (keras_vit.weights.interpolation).
     """
 
-    def __init__(self, grid_size=None, num_prefix_tokens=0, stride=None, **kwargs):
+    def __init__(self, grid_size=None, num_prefix_tokens=0, stride=None, interpolation="linear", **kwargs):
         super().__init__(**kwargs)
+        self.interpolation = interpolation
         self.grid_size = None if grid_size is None else tuple(int(s) for s in grid_size)
         self.num_prefix_tokens = int(num_prefix_tokens)
         self.stride = None if stride is None else int(stride)
@@ -56,7 +60,13 @@ class PositionEmbedding(keras.layers.Layer):
         prefix = self.num_prefix_tokens
         width = self.pos_embedding.shape[-1]
         grid = ops.reshape(self.pos_embedding[0, prefix:], (*self.grid_size, width))
-        grid = resize_axis(resize_axis(grid, rows, 0), cols, 1)
+        if self.interpolation == "linear":
+            grid = resize_axis(resize_axis(grid, rows, 0), cols, 1)
+        else:
+            from keras_vit.weights.interpolation import resize_grid_ops
+
+            # torch's bicubic runs in float32 (DINOv2 casts to it): so does this, whatever the policy.
+            grid = ops.cast(resize_grid_ops(ops.cast(grid, "float32"), rows, cols, self.interpolation), grid.dtype)
         grid = ops.reshape(grid, (1, -1, width))
         return ops.concatenate([self.pos_embedding[:, :prefix], grid], axis=1)
 
@@ -67,5 +77,8 @@ class PositionEmbedding(keras.layers.Layer):
         return tokens_shape
 
     def get_config(self):
-        return {**super().get_config(), "grid_size": None if self.grid_size is None else list(self.grid_size),
-                "num_prefix_tokens": self.num_prefix_tokens, "stride": self.stride}
+        config = {**super().get_config(), "grid_size": None if self.grid_size is None else list(self.grid_size),
+                  "num_prefix_tokens": self.num_prefix_tokens, "stride": self.stride}
+        if self.interpolation != "linear":  # older files lack the key: they are all linear
+            config["interpolation"] = self.interpolation
+        return config

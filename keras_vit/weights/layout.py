@@ -27,7 +27,30 @@ def _norm(prefix, layer):
 
 
 def _dense(prefix, layer):
+    if layer.bias is None:  # CLIP's bias-free patch embedding and projection
+        return {f"{prefix}/kernel": layer.kernel}
     return {f"{prefix}/kernel": layer.kernel, f"{prefix}/bias": layer.bias}
+
+
+def _optional(prefix, layer, read):
+    return read(prefix, layer) if layer is not None else {}
+
+
+def _map_head(head):
+    """SigLIP's attention-pooling head, under big_vision's MAPHead_0 names."""
+    out = {"MAPHead_0/probe": head.probe, **_norm("MAPHead_0/LayerNorm_0", head.norm)}
+    for name in ("query", "key", "value", "out"):
+        out.update(_dense(f"MAPHead_0/MultiHeadDotProductAttention_0/{name}", getattr(head, name)))
+    out.update(_dense("MAPHead_0/MlpBlock_0/Dense_0", head.mlp.dense_0))
+    out.update(_dense("MAPHead_0/MlpBlock_0/Dense_1", head.mlp.dense_1))
+    return out
+
+
+def _head(head):
+    """The classifier: one Dense ("head"), or DeiT's pair ("head", "head_dist")."""
+    if hasattr(head, "head_dist"):
+        return {**_dense("head", head.head), **_dense("head_dist", head.head_dist)}
+    return _dense("head", head)
 
 
 def _resnet(stem) -> Dict[str, object]:
@@ -68,7 +91,12 @@ def variables_by_key(model) -> Dict[str, object]:
     out.update(_dense("embedding", model.patch_embedding.projection))
     if model.class_token is not None:
         out["cls"] = model.class_token.cls
+    if model.distillation_token is not None:
+        out["dist_token"] = model.distillation_token.tokens
+    if model.register_tokens is not None:
+        out["reg_tokens"] = model.register_tokens.tokens
     out.update(_position_embedding(model.position_embedding))
+    out.update(_optional("pre_norm", model.pre_norm, _norm))
     for i, block in enumerate(model.encoder.blocks):
         prefix = f"Transformer/encoderblock_{i}"
         attention = block.attention
@@ -84,9 +112,16 @@ def variables_by_key(model) -> Dict[str, object]:
         out.update(_norm(f"{prefix}/LayerNorm_2", block.mlp_norm))
         out.update(_dense(f"{prefix}/MlpBlock_3/Dense_0", block.mlp.dense_0))
         out.update(_dense(f"{prefix}/MlpBlock_3/Dense_1", block.mlp.dense_1))
-    out.update(_norm("Transformer/encoder_norm", model.encoder.encoder_norm))
-    if model.pre_logits is not None:
-        out.update(_dense("pre_logits", model.pre_logits))
+        for name, scale in (("ls1", block.attention_scale), ("ls2", block.mlp_scale)):
+            if scale is not None:  # LayerScale (DINOv2): not in the official layout
+                out[f"{prefix}/{name}/scale"] = scale.scale
+    out.update(_optional("Transformer/encoder_norm", model.encoder.encoder_norm, _norm))
+    if model.config.classifier == "map":
+        out.update(_map_head(model.pooling))
+    out.update(_optional("pooled_norm", model.pooled_norm, _norm))
+    if model.projection is not None:
+        out["projection/kernel"] = model.projection.kernel
+    out.update(_optional("pre_logits", model.pre_logits, _dense))
     if model.head is not None:
-        out.update(_dense("head", model.head))
+        out.update(_head(model.head))
     return out

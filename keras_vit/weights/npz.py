@@ -65,21 +65,8 @@ def load_checkpoint(model, params: Mapping[str, np.ndarray], old_grid=None) -> N
         if _is_group_norm_param(key) and params[key].ndim == 4:
             params[key] = params[key].reshape(-1)
 
-    if model.head is None:
-        for key in ("head/kernel", "head/bias"):
-            params.pop(key, None)
-    else:
-        head_kernel = params.get("head/kernel")
-        want = tuple(expected["head/kernel"].shape)
-        if head_kernel is None or tuple(head_kernel.shape) != want:
-            found = "no head" if head_kernel is None else f"a head of {head_kernel.shape[-1]} classes"
-            logger.warning(
-                "keras_vit: the checkpoint has %s; the model's head (%d classes) starts at zero "
-                "(the fine-tuning convention).", found, want[-1])
-            params.pop("head/kernel", None)
-            params.pop("head/bias", None)
-            params["head/kernel"] = np.zeros(want, np.float32)
-            params["head/bias"] = np.zeros(tuple(expected["head/bias"].shape), np.float32)
+    for head in ("head", "head_dist"):  # the classifier, and DeiT's second one on the distillation token
+        _fit_head(head, params, expected)
 
     if model.pre_logits is None and "pre_logits/kernel" in params:
         logger.warning("keras_vit: dropping the checkpoint's representation layer (pre_logits), "
@@ -93,7 +80,10 @@ def load_checkpoint(model, params: Mapping[str, np.ndarray], old_grid=None) -> N
                         f"position_embedding={wanted!r}: build the model with position_embedding={held!r}, or "
                         f"train the {wanted} kind from scratch.")
     shapes = {key: tuple(variable.shape) for key, variable in expected.items()}
-    params, resized = resize_position_params(params, shapes, model.grid_size, model.num_prefix_tokens, old_grid)
+    # The position table's prefix is the class and distillation tokens (registers have no positions).
+    params, resized = resize_position_params(params, shapes, model.grid_size,
+                                             model.config.num_positioned_prefix_tokens, old_grid,
+                                             method=model.config.position_interpolation)
     params, kernel_resized = resize_patch_params(params, shapes)
     resized += kernel_resized
     for what in resized:
@@ -122,6 +112,25 @@ def load_checkpoint(model, params: Mapping[str, np.ndarray], old_grid=None) -> N
 
     for key, variable in expected.items():
         variable.assign(params[key].astype(np.float32))
+
+
+def _fit_head(head, params, expected):
+    """A checkpoint's `head` kept when it fits the model's; else dropped (no such head in the
+    model) or replaced by zeros (another class count, or none in the file: the fine-tuning convention)."""
+    kernel, bias = f"{head}/kernel", f"{head}/bias"
+    if kernel not in expected:
+        params.pop(kernel, None)
+        params.pop(bias, None)
+        return
+    have, want = params.get(kernel), tuple(expected[kernel].shape)
+    if have is not None and tuple(have.shape) == want:
+        return
+    found = "no head" if have is None else f"a head of {have.shape[-1]} classes"
+    if head == "head":  # one line for the pair
+        logger.warning("keras_vit: the checkpoint has %s; the model's head (%d classes) starts at zero "
+                       "(the fine-tuning convention).", found, want[-1])
+    params[kernel] = np.zeros(want, np.float32)
+    params[bias] = np.zeros(tuple(expected[bias].shape), np.float32)
 
 
 def position_kind(params):

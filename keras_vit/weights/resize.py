@@ -43,7 +43,7 @@ def _linear_resize_axis(x: np.ndarray, new_size: int, axis: int) -> np.ndarray:
     return np.take(x, lo, axis=axis) * (1 - frac) + np.take(x, hi, axis=axis) * frac
 
 
-def resize_position_embedding(posemb, new_grid, num_prefix_tokens=1, old_grid=None) -> np.ndarray:
+def resize_position_embedding(posemb, new_grid, num_prefix_tokens=1, old_grid=None, method="linear") -> np.ndarray:
     """Resizes a (1, prefix + rows * cols, D) position embedding to `new_grid`.
 
     Args:
@@ -53,6 +53,9 @@ def resize_position_embedding(posemb, new_grid, num_prefix_tokens=1, old_grid=No
             class token of classifier="token", 0 for "gap").
         old_grid: (rows, cols) of the old grid; by default the old grid is
             taken to be square, as in every official checkpoint.
+        method: "linear" (this module's rule, the official loader's) or a
+            family's torch "bicubic" / "bicubic_antialias"
+            (ViTConfig.position_interpolation; keras_vit.weights.interpolation).
 
     Returns a float array of shape (1, prefix + new_rows * new_cols, D) and the
     dtype of `posemb`.
@@ -74,8 +77,13 @@ def resize_position_embedding(posemb, new_grid, num_prefix_tokens=1, old_grid=No
     if old_grid[0] * old_grid[1] != grid.shape[0]:
         raise UserError(f"old_grid {old_grid} does not hold the {grid.shape[0]} grid tokens of the table.")
     grid = grid.reshape(old_grid[0], old_grid[1], -1).astype(np.float64)
-    grid = _linear_resize_axis(grid, new_grid[0], axis=0)
-    grid = _linear_resize_axis(grid, new_grid[1], axis=1)
+    if method == "linear":
+        grid = _linear_resize_axis(grid, new_grid[0], axis=0)
+        grid = _linear_resize_axis(grid, new_grid[1], axis=1)
+    else:
+        from keras_vit.weights.interpolation import resize_grid
+
+        grid = resize_grid(grid, tuple(new_grid), method)
     grid = grid.reshape(1, new_grid[0] * new_grid[1], -1).astype(posemb.dtype)
     return np.concatenate([prefix, grid], axis=1)
 
@@ -98,12 +106,13 @@ def resize_relative_position_bias(table, new_grid) -> np.ndarray:
     return _linear_resize_axis(out, 2 * cols - 1, axis=2).astype(table.dtype)
 
 
-def resize_position_params(params, shapes, grid, num_prefix_tokens, old_grid=None):
+def resize_position_params(params, shapes, grid, num_prefix_tokens, old_grid=None, method="linear"):
     """Applies the rule of the module docstring to every position weight in
     `params` ({official-layout key: array}) whose shape differs from the model's
     (`shapes`: {key: shape}) on its grid axes only, for a model with patch grid
     `grid` (rows, cols). `old_grid`: the grid of a 1-D table, when known (else
-    taken to be square). Returns (new params, [what was resized, for the log])."""
+    taken to be square). `method`: the 1-D table's interpolation (ViTConfig.position_interpolation).
+    Returns (new params, [what was resized, for the log])."""
     params = dict(params)
     resized = []
     rows, cols = grid
@@ -115,7 +124,7 @@ def resize_position_params(params, shapes, grid, num_prefix_tokens, old_grid=Non
         if key.endswith(POSEMB_1D_SUFFIX) and have.shape[2] == want[2] and _needs_1d_resize(
                 have, grid, num_prefix_tokens, old_grid):
             params[key] = resize_position_embedding(have, grid, num_prefix_tokens=num_prefix_tokens,
-                                                    old_grid=old_grid)
+                                                    old_grid=old_grid, method=method)
             resized.append(f"the position embedding from {have.shape[1]} to {want[1]} tokens (grid {tuple(grid)})")
             continue
         if tuple(have.shape) == want:

@@ -1,0 +1,105 @@
+"""Heads that read more than one vector: SigLIP's attention pooling (MAP) and
+DeiT's pair of classifiers on the class and distillation tokens."""
+
+import math
+
+import keras
+from keras import ops
+
+from keras_vit.layers.mlp import MlpBlock
+
+
+@keras.saving.register_keras_serializable(package="keras_vit")
+class MAPHead(keras.layers.Layer):
+    """Multihead attention pooling (big_vision's MAPHead; SigLIP's vision head):
+    a learned probe attends over the tokens, then x + MLP(LN(x)): (B, N, D) -> (B, D).
+
+    Weights in the layout of big_vision's "MAPHead_0": probe (1, 1, D),
+    MultiHeadDotProductAttention_0/{query,key,value,out} as the blocks'
+    attention, LayerNorm_0, MlpBlock_0 (its width `mlp_dim`).
+    """
+
+    def __init__(self, num_heads, mlp_dim, layer_norm_epsilon=1e-6, gelu_approximate=True, mlp_activation="gelu",
+                 **kwargs):
+        super().__init__(**kwargs)
+        self.num_heads = int(num_heads)
+        self.mlp_dim = int(mlp_dim)
+        self.layer_norm_epsilon = float(layer_norm_epsilon)
+        self.gelu_approximate = bool(gelu_approximate)
+        self.mlp_activation = mlp_activation
+        policy = self.dtype_policy
+        self.norm = keras.layers.LayerNormalization(epsilon=self.layer_norm_epsilon, name="LayerNorm_0",
+                                                    dtype=policy)
+        self.mlp = MlpBlock(self.mlp_dim, 0.0, self.gelu_approximate, self.mlp_activation, name="MlpBlock_0",
+                            dtype=policy)
+
+    def build(self, input_shape):
+        width = input_shape[-1]
+        self.head_dim = width // self.num_heads
+        self.probe = self.add_weight(name="probe", shape=(1, 1, width), initializer="glorot_uniform")
+
+        def projection(name, equation, output_shape, bias_axes, build_shape):
+            layer = keras.layers.EinsumDense(equation, output_shape=output_shape, bias_axes=bias_axes,
+                                             kernel_initializer="glorot_uniform", name=name, dtype=self.dtype_policy)
+            layer.build(build_shape)
+            return layer
+
+        heads = (None, self.num_heads, self.head_dim)
+        self.query = projection("query", "btd,dhk->bthk", heads, "hk", (None, 1, width))
+        self.key = projection("key", "btd,dhk->bthk", heads, "hk", input_shape)
+        self.value = projection("value", "btd,dhk->bthk", heads, "hk", input_shape)
+        self.out = projection("out", "bthk,hkd->btd", (None, width), "d", (None, 1, self.num_heads, self.head_dim))
+        self.norm.build((None, 1, width))
+        self.mlp.build((None, 1, width))
+
+    def call(self, tokens, return_attention_scores=False):
+        batch = ops.shape(tokens)[0]
+        probe = ops.cast(ops.broadcast_to(self.probe, (batch, 1, ops.shape(self.probe)[-1])), tokens.dtype)
+        q = self.query(probe) * ops.cast(1.0 / math.sqrt(self.head_dim), tokens.dtype)
+        k, v = self.key(tokens), self.value(tokens)
+        logits = ops.einsum("bqhk,bthk->bhqt", q, k)
+        probs = ops.cast(ops.softmax(ops.cast(logits, "float32"), axis=-1), v.dtype)
+        x = self.out(ops.einsum("bhqt,bthk->bqhk", probs, v))  # (B, 1, D)
+        x = x + self.mlp(self.norm(x))
+        return (x[:, 0], probs) if return_attention_scores else x[:, 0]
+
+    def compute_output_shape(self, input_shape):
+        return (input_shape[0], input_shape[2])
+
+    def get_config(self):
+        return {**super().get_config(), "num_heads": self.num_heads, "mlp_dim": self.mlp_dim,
+                "layer_norm_epsilon": self.layer_norm_epsilon, "gelu_approximate": self.gelu_approximate,
+                "mlp_activation": self.mlp_activation}
+
+
+@keras.saving.register_keras_serializable(package="keras_vit")
+class DistillationHead(keras.layers.Layer):
+    """DeiT's two classifiers: "head" on the class token (position 0),
+    "head_dist" on the distillation token (position 1); the output is the
+    mean of their logits (as transformers' DeiTForImageClassificationWithTeacher
+    and timm at inference), then `activation`: (B, N, D) -> (B, classes).
+    Zero-initialised, as every fine-tuning head here; float32 under mixed precision."""
+
+    def __init__(self, num_classes, activation=None, **kwargs):
+        super().__init__(**kwargs)
+        self.num_classes = int(num_classes)
+        self.activation = keras.activations.get(activation)
+        self.head = keras.layers.Dense(self.num_classes, kernel_initializer="zeros", name="head", dtype="float32")
+        self.head_dist = keras.layers.Dense(self.num_classes, kernel_initializer="zeros", name="head_dist",
+                                            dtype="float32")
+
+    def build(self, input_shape):
+        self.head.build((None, input_shape[-1]))
+        self.head_dist.build((None, input_shape[-1]))
+
+    def call(self, tokens):
+        tokens = ops.cast(tokens, "float32")
+        logits = (self.head(tokens[:, 0]) + self.head_dist(tokens[:, 1])) / 2.0
+        return self.activation(logits)
+
+    def compute_output_shape(self, input_shape):
+        return (input_shape[0], self.num_classes)
+
+    def get_config(self):
+        return {**super().get_config(), "num_classes": self.num_classes,
+                "activation": keras.activations.serialize(self.activation)}

@@ -1,0 +1,152 @@
+"""Interpolation of position-embedding grids, as each model family's own code does it.
+
+A checkpoint trained at one patch grid is used at another by resampling its
+position table, and the numbers a model then gives depend on exactly how: each
+family resizes with its own code's interpolation. The paper's official loader
+resamples linearly with the corner samples aligned (keras_vit.weights.resize);
+DeiT, CLIP, SigLIP and DINOv2 call torch.nn.functional.interpolate(...,
+mode="bicubic", align_corners=False); DINOv2 with registers adds antialias=True.
+Matching a family's reference outputs therefore needs torch's two bicubic
+rules, reproduced here from their definitions (not by calling torch):
+
+    linear             src = dst * (old - 1) / (new - 1), two taps (new 1 reads sample 0);
+    bicubic            torch's upsample_bicubic2d: Keys cubic a=-0.75 at
+                       src = (dst + 0.5) * old / new - 0.5, taps floor(src)-1 .. floor(src)+2
+                       with indices clamped to the border (src itself is not clamped);
+    bicubic_antialias  torch's _upsample_bicubic2d_aa (Pillow's resampling): cubic a=-0.5
+                       stretched by max(old / new, 1) around (dst + 0.5) * old / new, its
+                       window cut to the grid and the weights normalised to sum 1.
+
+Every rule is separable, so each axis is a (new, old) matrix and a grid is
+resized by two matrix products. The formulas are written once against an
+array namespace (numpy or keras.ops): numpy in float64 for weights converted at
+load time, keras.ops in float32 for models that resize in the graph at a grid
+known only at run time (ViT(dynamic_image_size=True)).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from keras import ops
+
+from keras_vit.errors import UserError
+
+METHODS = ("linear", "bicubic", "bicubic_antialias")
+
+# Keys' cubic-convolution parameter: torch's bicubic uses -0.75 (as OpenCV),
+# its antialiased path -0.5 (as Pillow).
+_A_BICUBIC = -0.75
+_A_ANTIALIAS = -0.5
+
+
+def _cast(xp, x, dtype):
+    return np.asarray(x, dtype=dtype) if xp is np else ops.cast(x, dtype)
+
+
+def _cubic(xp, x, a):
+    """Keys' cubic kernel at distance `x` (zero from |x| = 2 on)."""
+    x = xp.abs(x)
+    near = ((a + 2) * x - (a + 3)) * x * x + 1
+    far = (((x - 5) * x + 8) * x - 4) * a
+    return xp.where(x < 1, near, xp.where(x < 2, far, 0.0))
+
+
+def _one_hot(xp, index, old_size, dtype):
+    """(new, old): 1 where column j is `index[i]` (the dense form of a gather)."""
+    columns = xp.arange(old_size, dtype=dtype)[None, :]
+    return _cast(xp, xp.equal(index[:, None], columns), dtype)
+
+
+def _linear(xp, old_size, new_size, dtype):
+    # Corner-aligned: sample i sits at i * (old - 1) / (new - 1); a 1-sample axis reads sample 0.
+    step = _cast(xp, old_size - 1, dtype) / _cast(xp, xp.maximum(new_size - 1, 1), dtype)
+    src = xp.clip(xp.arange(new_size, dtype=dtype) * step, 0, old_size - 1)
+    low = xp.floor(src)
+    high = xp.minimum(low + 1, old_size - 1)
+    frac = (src - low)[:, None]
+    return _one_hot(xp, low, old_size, dtype) * (1 - frac) + _one_hot(xp, high, old_size, dtype) * frac
+
+
+def _bicubic(xp, old_size, new_size, dtype):
+    scale = old_size / _cast(xp, new_size, dtype)
+    # Half-pixel centres. torch clamps neither src (it may be < 0 when downsampling to few
+    # samples) nor the taps' weights: only the tap indices, so clipped taps pile up on the border.
+    src = (xp.arange(new_size, dtype=dtype) + 0.5) * scale - 0.5
+    first = xp.floor(src) - 1
+    matrix = 0.0
+    for k in range(4):
+        tap = first + k
+        weight = _cubic(xp, src - tap, _A_BICUBIC)[:, None]
+        matrix = matrix + _one_hot(xp, xp.clip(tap, 0, old_size - 1), old_size, dtype) * weight
+    return matrix
+
+
+def _bicubic_antialias(xp, old_size, new_size, dtype):
+    scale = old_size / _cast(xp, new_size, dtype)
+    # Downsampling widens the kernel by the scale so that every input sample
+    # contributes (the antialiasing); upsampling keeps it at 2 samples each side.
+    stretch = xp.maximum(scale, 1.0)
+    support = 2.0 * stretch
+    centre = ((xp.arange(new_size, dtype=dtype) + 0.5) * scale)[:, None]
+    j = xp.arange(old_size, dtype=dtype)[None, :]
+    # torch's window: int(centre -/+ support + 0.5) cut to the grid (truncation and floor
+    # agree here, the lower end being clamped at 0 anyway).
+    start = xp.maximum(xp.floor(centre - support + 0.5), 0.0)
+    stop = xp.minimum(xp.floor(centre + support + 0.5), old_size)
+    inside = xp.logical_and(j >= start, j < stop)
+    weights = xp.where(inside, _cubic(xp, (j - centre + 0.5) / stretch, _A_ANTIALIAS), 0.0)
+    total = xp.sum(weights, axis=1, keepdims=True)
+    # The window holds the kernel's peak, so the total is never 0; the guard only keeps a 0/0 out.
+    return weights / xp.where(xp.equal(total, 0), 1.0, total)
+
+
+_BUILDERS = {"linear": _linear, "bicubic": _bicubic, "bicubic_antialias": _bicubic_antialias}
+
+
+def _check(old_size, method):
+    if method not in METHODS:
+        raise UserError(f"Unknown interpolation {method!r}: one of {', '.join(METHODS)}.")
+    if old_size < 1:
+        raise UserError(f"Cannot interpolate from an axis of {old_size} samples.")
+
+
+def interpolation_matrix(old_size: int, new_size: int, method: str) -> np.ndarray:
+    """The float64 (new_size, old_size) matrix taking `old_size` samples to
+    `new_size` by `method` (one of METHODS); the identity when the sizes agree."""
+    _check(old_size, method)
+    if new_size < 1:
+        raise UserError(f"Cannot interpolate to an axis of {new_size} samples.")
+    return _BUILDERS[method](np, int(old_size), int(new_size), "float64")
+
+
+def resize_grid(grid, new_grid, method: str) -> np.ndarray:
+    """A (rows, cols, D) grid resampled to `new_grid` (new_rows, new_cols) by
+    `method`, computed in float64 and returned in the grid's dtype."""
+    grid = np.asarray(grid)
+    if grid.ndim != 3:
+        raise UserError(f"A position grid has shape (rows, cols, width), got {grid.shape}.")
+    rows = interpolation_matrix(grid.shape[0], new_grid[0], method)
+    cols = interpolation_matrix(grid.shape[1], new_grid[1], method)
+    out = np.einsum("ar,rcd->acd", rows, grid.astype(np.float64))
+    return np.einsum("bc,acd->abd", cols, out).astype(grid.dtype)
+
+
+def _matrix_ops(old_size, new_size, method):
+    """The float32 (new, old) matrix as a tensor. A Python-int size stays static
+    (JAX's jit needs arange of a Python int): built in numpy. A run-time size
+    (a scalar tensor, e.g. under tf.function with unknown H, W): built in ops."""
+    _check(old_size, method)
+    if isinstance(new_size, (int, np.integer)):
+        return ops.convert_to_tensor(interpolation_matrix(old_size, int(new_size), method), "float32")
+    return _BUILDERS[method](ops, int(old_size), ops.cast(new_size, "int32"), "float32")
+
+
+def resize_grid_ops(grid, new_rows, new_cols, method: str):
+    """resize_grid in keras.ops, for use inside a model on any backend: `grid`
+    (rows, cols, D) has a static shape, `new_rows` / `new_cols` are Python ints
+    or scalar int tensors. Computed in float32, returned in the grid's dtype."""
+    grid = ops.convert_to_tensor(grid)
+    rows, cols = grid.shape[0], grid.shape[1]
+    out = ops.einsum("ar,rcd->acd", _matrix_ops(rows, new_rows, method), ops.cast(grid, "float32"))
+    out = ops.einsum("bc,acd->abd", _matrix_ops(cols, new_cols, method), out)
+    return ops.cast(out, grid.dtype)

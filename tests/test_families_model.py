@@ -1,0 +1,164 @@
+"""One model test run over every family and variant (as keras-hub's
+run_backbone_test and timm's test_models.py): config round trip, .keras
+save/load, eager equal to compiled, mixed_bfloat16, a gradient reaching every
+weight, forward_intermediates and the feature model agreeing with the forward
+pass. Each family's knobs also get their own checks below."""
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import keras_vit
+from keras_vit.weights.layout import variables_by_key
+
+BASE = dict(patch_size=4, hidden_size=24, mlp_dim=40, num_heads=3, num_layers=3)
+FAMILIES = {
+    "vit": dict(),
+    "vit_gap_repr": dict(classifier="gap", representation_size=16),
+    "deit": dict(distillation_token=True, distillation_head=True, position_interpolation="bicubic",
+                 pixel_normalization="imagenet", layer_norm_epsilon=1e-12, gelu_approximate=False),
+    "deit_model": dict(distillation_token=True, representation_size=24),
+    "dinov2": dict(layer_scale_init=0.5, classifier="token_gap", gelu_approximate=False,
+                   position_interpolation="bicubic", pixel_normalization="imagenet"),
+    "dinov2_reg_swiglu": dict(layer_scale_init=1.0, num_register_tokens=3, mlp_activation="swiglu",
+                              position_interpolation="bicubic_antialias"),
+    "siglip": dict(classifier="map", position_interpolation="bicubic"),
+    "siglip_gap_registers": dict(classifier="gap", num_register_tokens=2),
+    "clip": dict(pre_norm=True, final_norm="pooled", patch_bias=False, mlp_activation="quick_gelu",
+                 layer_norm_epsilon=1e-5, projection_size=20, pixel_normalization="clip",
+                 position_interpolation="bicubic"),
+}
+
+
+def perturbed(model, seed=0):
+    rng = np.random.default_rng(seed)
+    model.set_weights([w + rng.normal(scale=0.3, size=w.shape).astype("float32") for w in model.get_weights()])
+    return model
+
+
+def build(family, **kwargs):
+    config = keras_vit.ViTConfig(**BASE, **FAMILIES[family])
+    kwargs.setdefault("image_size", 16)
+    kwargs.setdefault("num_classes", 5)
+    return perturbed(keras_vit.ViT(config, **kwargs))
+
+
+@pytest.fixture
+def images():
+    return np.random.default_rng(1).uniform(-1, 1, size=(2, 16, 16, 3)).astype("float32")
+
+
+@pytest.mark.parametrize("family", sorted(FAMILIES))
+@pytest.mark.parametrize("include_top", [True, False])
+def test_round_trips_and_compiles(family, include_top, images, tmp_path):
+    model = build(family, include_top=include_top)
+    out = np.asarray(model(images))
+    assert np.isfinite(out).all() and np.abs(out).max() > 1e-3
+    config = model.config
+    assert keras_vit.ViTConfig.from_dict(config.to_dict()) == config
+    # Every weight has a checkpoint key: porting and resizing reach all of them.
+    assert len(variables_by_key(model)) == len(model.weights)
+    model.save(tmp_path / "m.keras")
+    restored = keras.saving.load_model(tmp_path / "m.keras")
+    np.testing.assert_allclose(np.asarray(restored(images)), out, atol=1e-6, rtol=0)
+    compiled = tf.function(lambda x: model(x, training=False), jit_compile=True)
+    np.testing.assert_allclose(np.asarray(compiled(images)), out, atol=1e-4, rtol=1e-4)
+
+
+@pytest.mark.parametrize("family", sorted(FAMILIES))
+def test_a_gradient_reaches_every_weight(family, images):
+    model = build(family)
+    with tf.GradientTape() as tape:
+        loss = tf.reduce_sum(model(images, training=True) ** 2)
+    grads = tape.gradient(loss, model.trainable_weights)
+    missing = [w.path for w, g in zip(model.trainable_weights, grads) if g is None or not np.any(np.asarray(g))]
+    assert not missing
+
+
+@pytest.mark.parametrize("family", sorted(FAMILIES))
+def test_mixed_bfloat16_stays_close(family, images):
+    reference = build(family)
+    keras.mixed_precision.set_global_policy("mixed_bfloat16")
+    try:
+        model = keras_vit.ViT(reference.config, image_size=16, num_classes=5)
+        model.set_weights(reference.get_weights())
+        out = np.asarray(model(images), np.float32)
+    finally:
+        keras.mixed_precision.set_global_policy("float32")
+    expected = np.asarray(reference(images))
+    assert np.abs(out - expected).max() < 0.1 * np.abs(expected).max() + 0.1
+
+
+@pytest.mark.parametrize("family", sorted(FAMILIES))
+def test_intermediates_agree_with_the_forward_pass(family, images):
+    model = build(family)
+    stages = model.forward_stages(images, attention=False)
+    np.testing.assert_allclose(np.asarray(stages["logits"]), np.asarray(model(images)), atol=1e-5, rtol=0)
+    maps = model.forward_intermediates(images, norm=False)
+    prefix = model.num_prefix_tokens
+    assert len(maps) == 3 and maps[0].shape == (2, 4, 4, 24)
+    for block, features in zip(stages["blocks"], maps):
+        np.testing.assert_allclose(np.reshape(np.asarray(features), (2, 16, 24)), np.asarray(block)[:, prefix:],
+                                   atol=1e-5, rtol=0)
+    last, prefix_part = model.forward_intermediates(images, indices=[-1], output_format="NLC", norm=True,
+                                                    prefix_tokens=True)[0]
+    if model.encoder.encoder_norm is not None:  # the normalised last block is the encoder's output
+        np.testing.assert_allclose(np.asarray(last), np.asarray(stages["tokens"])[:, prefix:], atol=1e-5)
+    assert prefix_part.shape == (2, prefix, 24)
+    features = keras_vit.feature_model(model, indices=2)  # the last two blocks
+    got = features(images)
+    assert sorted(got) == ["block_1", "block_2"]
+    np.testing.assert_allclose(np.asarray(got["block_2"]), np.asarray(maps[2]), atol=1e-5, rtol=0)
+
+
+def test_the_backbone_returns_tokens_and_the_heads_read_them(images):
+    model = build("deit")
+    tokens = model.backbone(images)
+    assert tokens.shape == (2, 2 + 16, 24)
+    head = model.head
+    expected = (np.asarray(head.head(tokens[:, 0])) + np.asarray(head.head_dist(tokens[:, 1]))) / 2
+    np.testing.assert_allclose(np.asarray(model(images)), expected, atol=1e-5, rtol=0)
+
+
+def test_registers_are_unpositioned_and_skip_the_mean(images):
+    model = build("dinov2_reg_swiglu")
+    embedded = np.asarray(model.embed(images))
+    registers = np.asarray(model.register_tokens.tokens)[0]
+    # Class token at 0 (with its position), then the registers exactly as learned (no position added).
+    np.testing.assert_allclose(embedded[0, 1:4], registers, atol=1e-6)
+    assert model.position_embedding.pos_embedding.shape == (1, 1 + 16, 24)
+
+
+def test_a_dynamic_feature_model_follows_the_image_size(tmp_path):
+    model = build("dinov2_reg_swiglu", dynamic_image_size=True)
+    features = keras_vit.feature_model(model, indices=[0, 2])
+    x = np.random.default_rng(2).uniform(-1, 1, size=(1, 24, 20, 3)).astype("float32")
+    got = features(x)
+    assert got["block_0"].shape == (1, 6, 5, 24)
+    fixed = keras_vit.ViT(model.config, image_size=(24, 20), num_classes=5)
+    from keras_vit.weights.npz import checkpoint_params, load_checkpoint
+
+    load_checkpoint(fixed, checkpoint_params(model), old_grid=model.grid_size)
+    np.testing.assert_allclose(np.asarray(got["block_2"]), np.asarray(fixed.forward_intermediates(x, [2])[0]),
+                               atol=1e-4, rtol=0)
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    (dict(distillation_head=True), "also set distillation_token=True"),
+    (dict(distillation_token=True, classifier="gap"), "use classifier='token'"),
+    (dict(mlp_activation="relu"), "mlp_activation must be one of"),
+    (dict(classifier="map", final_norm="pooled"), "use final_norm='tokens'"),
+    (dict(num_register_tokens=-1), "num_register_tokens must be >= 0"),
+])
+def test_impossible_combinations_are_one_line(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        keras_vit.ViTConfig(**BASE, **kwargs)
+
+
+def test_forward_intermediates_refuses_bad_indices(images):
+    model = build("vit")
+    with pytest.raises(ValueError, match="out of range for 3 blocks"):
+        model.forward_intermediates(images, indices=[5])
+    with pytest.raises(ValueError, match="output_format must be"):
+        model.forward_intermediates(images, output_format="NCHW")
