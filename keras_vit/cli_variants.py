@@ -12,8 +12,10 @@ def run(args):
     from keras_vit.variants import VARIANTS
     from keras_vit.weights.hub import available_weights
 
-    print(f"{'variant':10} {'width':>5} {'depth':>5} {'heads':>5} {'mlp':>5} {'patch':>5}  resnet        weights")
+    print(f"{'variant':15} {'width':>5} {'depth':>5} {'heads':>5} {'mlp':>5} {'patch':>5}  resnet        weights")
     for name, c in VARIANTS.items():
         resnet = str(c.resnet.num_layers) if c.resnet else "-"
-        print(f"{name:10} {c.hidden_size:5} {c.num_layers:5} {c.num_heads:5} {c.mlp_dim:5} "
-              f"{c.total_stride:5}  {resnet:12}  {', '.join(available_weights(name)) or '-'}")
+        # The descendants' weights are transformers checkpoints (docs/families), not official .npz names.
+        weights = ", ".join(available_weights(name)) or ("-" if "-" not in name else "from_pretrained('hf:...')")
+        print(f"{name:15} {c.hidden_size:5} {c.num_layers:5} {c.num_heads:5} {c.mlp_dim:5} "
+              f"{c.total_stride:5}  {resnet:12}  {weights}")

@@ -22,7 +22,7 @@ MLP_ACTIVATIONS = ("gelu", "quick_gelu", "swiglu")
 # on the pooled vector only (CLIP's post_layernorm).
 FINAL_NORMS = ("tokens", "pooled")
 # How a learned position table is resized to another grid: the official loader's
-# linear (corners aligned), or each family's own torch code (keras_vit.weights.interpolation).
+# linear (corners aligned), or each family's own torch code (keras_vit.layers.interpolation).
 POSITION_INTERPOLATIONS = ("linear", "bicubic", "bicubic_antialias")
 # What pixels a model's weights expect (keras_vit.images.NORMALIZATIONS).
 PIXEL_NORMALIZATIONS = ("minus_one_to_one", "imagenet", "clip")

@@ -108,7 +108,7 @@ def get_variant(name: str) -> ViTConfig:
         return name
     wanted = _normalise(str(name))
     for variant, config in VARIANTS.items():
-        if variant.upper() == wanted:
+        if _normalise(variant) == wanted:
             return config
     raise UserError(
         f"Unknown ViT variant {name!r}. Known variants: {', '.join(VARIANTS)} "

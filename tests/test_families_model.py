@@ -162,3 +162,25 @@ def test_forward_intermediates_refuses_bad_indices(images):
         model.forward_intermediates(images, indices=[5])
     with pytest.raises(ValueError, match="output_format must be"):
         model.forward_intermediates(images, output_format="NCHW")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("family, dynamic", [("dinov2_reg_swiglu", False), ("clip", True)])
+def test_dense_features_export_to_saved_model_and_tflite(family, dynamic, tmp_path):
+    from keras_vit.export.features import export_features
+
+    model = build(family, dynamic_image_size=dynamic)
+    pixels = np.random.default_rng(3).uniform(0, 255, size=(2, 16, 16, 3)).astype("float32")
+    report = export_features(model, str(tmp_path), indices=[0, 2], images=pixels)
+    assert sorted(report) == ["saved_model", "tflite"]
+    for row in report.values():
+        assert row["outputs"] == {"block_0": (2, 4, 4, 24), "block_2": (2, 4, 4, 24)}
+        assert row["max_difference"] < 1e-4
+    # The maps are the model's own: pixels normalised by the family's rule, then its blocks.
+    from keras_vit.images import model_inputs
+
+    expected = np.asarray(model.forward_intermediates(model_inputs(model, pixels), indices=[2])[0])
+    import tensorflow as tf
+
+    served = tf.saved_model.load(report["saved_model"]["path"]).signatures["serving_default"]
+    np.testing.assert_allclose(served(images=tf.constant(pixels))["block_2"].numpy(), expected, atol=1e-4)

@@ -1,4 +1,4 @@
-"""keras_vit.weights.interpolation: the bicubic rules equal torch's
+"""keras_vit.layers.interpolation: the bicubic rules equal torch's
 F.interpolate(mode="bicubic", align_corners=False), with and without
 antialias, up, down, non-square and at 1 sample; "linear" equals the
 official loader's rule; equal sizes give the identity; the keras.ops version
@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from keras_vit.errors import UserError
-from keras_vit.weights.interpolation import METHODS, interpolation_matrix, resize_grid, resize_grid_ops
+from keras_vit.layers.interpolation import METHODS, interpolation_matrix, resize_grid, resize_grid_ops
 from keras_vit.weights.resize import _linear_resize_axis
 
 torch = pytest.importorskip("torch")

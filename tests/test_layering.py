@@ -35,7 +35,7 @@ LAYERS = [
     ("weights", ["keras_vit.weights", "keras_vit.weights.*"]),
     ("model", ["keras_vit.model"]),
     # What builds or loads a whole model: from_pretrained, the run folder, Keras' registration hook.
-    ("whole models", ["keras_vit.pretrained", "keras_vit.runs"]),
+    ("whole models", ["keras_vit.pretrained", "keras_vit.runs", "keras_vit.features"]),
     ("model sources", ["keras_vit.model_source", "keras_vit"]),
     ("inspection and export", ["keras_vit.inspection", "keras_vit.inspection.*", "keras_vit.export",
                                "keras_vit.export.*"]),

@@ -32,8 +32,38 @@ PARAMETER_COUNTS = {
 }
 
 
+# The descendants at 224 px: DeiT's with its two 1000-class heads, the others their image
+# towers without a head (CLIP's with its projection). Each equals the parameter count of
+# the transformers model of the same config (DeiTForImageClassificationWithTeacher,
+# Dinov2Model less its mask token, Dinov2WithRegistersModel likewise, SiglipVisionModel,
+# CLIPVisionModelWithProjection), counted on 2026-11-25 with transformers 5.24 (the
+# registers models with patch_size=14: transformers' default config has 16).
+FAMILY_COUNTS = {
+    "DeiT-Ti/16": 5_910_800,
+    "DeiT-S/16": 22_436_432,
+    "DeiT-B/16": 87_338_192,
+    "DINOv2-S/14": 21_628_800,
+    "DINOv2-B/14": 85_724_928,
+    "DINOv2-L/14": 303_227_904,
+    "DINOv2-reg-S/14": 21_630_336,
+    "DINOv2-reg-B/14": 85_728_000,
+    "SigLIP-B/16": 92_884_224,
+    "CLIP-B/32": 87_849_216,
+    "CLIP-B/16": 86_192_640,
+    "CLIP-L/14": 303_966_208,
+}
+
+
 def test_every_variant_has_a_pinned_count():
-    assert set(keras_vit.list_variants()) == set(PARAMETER_COUNTS)
+    assert set(keras_vit.list_variants()) == set(PARAMETER_COUNTS) | set(FAMILY_COUNTS)
+
+
+@pytest.mark.parametrize("name", sorted(FAMILY_COUNTS))
+def test_family_parameter_count(name):
+    include_top = name.startswith("DeiT")
+    model = keras_vit.ViT(name, image_size=224, num_classes=1000, include_top=include_top)
+    assert model.count_params() == FAMILY_COUNTS[name]
+    assert canonical_name(model.config) == name
 
 
 @pytest.mark.parametrize("name", sorted(PARAMETER_COUNTS))
@@ -50,6 +80,7 @@ def test_b16_with_representation_and_21k_head():
 @pytest.mark.parametrize("spelling,expected", [
     ("B/16", "B/16"), ("b16", "B/16"), ("ViT-B/16", "B/16"), ("ViT-B_16", "B/16"),
     ("R50+B/16", "R50+B/16"), ("R50+ViT-B_16", "R50+B/16"), ("ti/16", "Ti/16"), ("H/14", "H/14"),
+    ("dinov2-reg-s/14", "DINOv2-reg-S/14"), ("DeiT-B/16", "DeiT-B/16"), ("clip-l/14", "CLIP-L/14"),
 ])
 def test_name_lookup(spelling, expected):
     assert canonical_name(spelling) == expected

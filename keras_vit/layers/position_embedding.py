@@ -26,7 +26,7 @@ class PositionEmbedding(keras.layers.Layer):
             passes its images so that the table follows their grid.
         interpolation: how the table is resized to another grid in the
             graph: "linear" (the official loader's) or a family's torch
-            "bicubic" / "bicubic_antialias" (keras_vit.weights.interpolation).
+            "bicubic" / "bicubic_antialias" (keras_vit.layers.interpolation).
     """
 
     def __init__(self, grid_size=None, num_prefix_tokens=0, stride=None, interpolation="linear", **kwargs):
@@ -63,7 +63,7 @@ class PositionEmbedding(keras.layers.Layer):
         if self.interpolation == "linear":
             grid = resize_axis(resize_axis(grid, rows, 0), cols, 1)
         else:
-            from keras_vit.weights.interpolation import resize_grid_ops
+            from keras_vit.layers.interpolation import resize_grid_ops
 
             # torch's bicubic runs in float32 (DINOv2 casts to it): so does this, whatever the policy.
             grid = ops.cast(resize_grid_ops(ops.cast(grid, "float32"), rows, cols, self.interpolation), grid.dtype)

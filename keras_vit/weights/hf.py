@@ -22,6 +22,7 @@ import numpy as np
 from keras_vit import storage
 from keras_vit.config import ViTConfig
 from keras_vit.errors import UserError
+from keras_vit.images import NORMALIZATIONS, pixel_normalization
 from keras_vit.weights.checkpoint import (
     POSEMB_KEY,
     Checkpoint,
@@ -37,15 +38,15 @@ from keras_vit.weights.checkpoint import (
     rename,
     write_safetensors,
 )
+from keras_vit.weights.hf_families import FAMILY_MODEL_TYPES, read_family
+from keras_vit.weights.hf_families import hf_labels as _labels
 from keras_vit.weights.layout import official_layout_error
 
 # hidden_act -> gelu_approximate (keras.activations.gelu's flag).
 _GELU = {"gelu": False, "gelu_pytorch_tanh": True, "gelu_new": True, "gelu_fast": True}
 # Models that share ViT's config but not its computation.
+# (DeiT, DINOv2, SigLIP and CLIP are read by keras_vit.weights.hf_families.)
 _OTHER_MODELS = {
-    "deit": "DeiT adds a distillation token (and a second head) that keras-vit's ViT does not have",
-    "dinov2": "DINOv2 uses layer scale (and optionally register tokens / SwiGLU), which keras-vit's ViT does not have",
-    "dinov2_with_registers": "register tokens are not part of keras-vit's ViT",
     "vit_hybrid": "HF's ViT-hybrid uses a BiT backbone whose layout keras-vit does not map; use the official "
                   "R50+B/16 .npz (weights='imagenet21k') instead",
     "vit_mae": "ViT-MAE checkpoints carry a decoder and fixed sin-cos position embeddings",
@@ -70,7 +71,7 @@ def config_from_hf(hf: dict, has_pooler: bool, where: str) -> ViTConfig:
                         f"be loaded without changing what it computes.")
     if model_type != "vit":
         raise UserError(f"{where} has model_type={model_type!r}; keras-vit reads HF ViT checkpoints "
-                        f"(model_type 'vit') only.")
+                        f"(model_type 'vit') and those of {', '.join(sorted(FAMILY_MODEL_TYPES))} only.")
     act = hf.get("hidden_act", "gelu")
     if act not in _GELU:
         raise UserError(f"{where} uses hidden_act={act!r}; keras-vit's MLP is GELU (exact or tanh) only.")
@@ -91,16 +92,6 @@ def config_from_hf(hf: dict, has_pooler: bool, where: str) -> ViTConfig:
         layer_norm_epsilon=float(hf.get("layer_norm_eps", 1e-12)),
         gelu_approximate=_GELU[act],
     )
-
-
-def _labels(hf: dict, num_classes: Optional[int]) -> Optional[List[str]]:
-    id2label = hf.get("id2label")
-    if not id2label or num_classes is None or len(id2label) != num_classes:
-        return None
-    names = [id2label.get(str(i), id2label.get(i)) for i in range(num_classes)]
-    if any(name is None for name in names) or all(name == f"LABEL_{i}" for i, name in enumerate(names)):
-        return None  # transformers' placeholders carry no information
-    return names
 
 
 def params_from_hf(tensors: Dict[str, np.ndarray], config: ViTConfig) -> Dict[str, np.ndarray]:
@@ -137,7 +128,7 @@ def params_from_hf(tensors: Dict[str, np.ndarray], config: ViTConfig) -> Dict[st
 
 
 def read_hf_directory(directory, source: Optional[str] = None) -> Checkpoint:
-    """An HF transformers ViT directory as a Checkpoint."""
+    """An HF transformers ViT (or DeiT, DINOv2, SigLIP, CLIP: hf_families) directory as a Checkpoint."""
     directory = os.fspath(directory)
     where = source or directory
     weights = os.path.join(directory, "model.safetensors")
@@ -152,6 +143,8 @@ def read_hf_directory(directory, source: Optional[str] = None) -> Checkpoint:
         raise UserError(f"{where} has no model.safetensors next to its config.json.")
     hf = read_json(os.path.join(directory, "config.json"))
     tensors = read_safetensors(weights)
+    if hf.get("model_type") in FAMILY_MODEL_TYPES:  # ViT's relatives: DeiT, DINOv2, SigLIP, CLIP
+        return read_family(hf, tensors, where)
     has_pooler = any(k.endswith("pooler.dense.weight") for k in tensors)
     config = config_from_hf(hf, has_pooler, where)
     if not any(k.endswith("embeddings.cls_token") for k in tensors):
@@ -167,6 +160,28 @@ def read_hf_directory(directory, source: Optional[str] = None) -> Checkpoint:
 
 # --- writing ---
 
+def _family_problems(config: ViTConfig) -> List[str]:
+    """What a model read from DeiT, DINOv2, SigLIP or CLIP has that HF's ViT does not compute."""
+    problems = []
+    if config.distillation_token:
+        problems.append("it has DeiT's distillation token")
+    if config.num_register_tokens:
+        problems.append(f"it has {config.num_register_tokens} register tokens")
+    if config.layer_scale_init is not None:
+        problems.append("its blocks have LayerScale")
+    if config.mlp_activation != "gelu":
+        problems.append(f"its MLP is {config.mlp_activation!r}")
+    if config.pre_norm:
+        problems.append("it normalises the tokens before the encoder (pre_norm)")
+    if not config.patch_bias:
+        problems.append("its patch embedding has no bias")
+    if config.final_norm != "tokens":
+        problems.append(f"its final LayerNorm is on the {config.final_norm} vector")
+    if config.projection_size:
+        problems.append("it ends in a projection (projection_size)")
+    return problems
+
+
 def hf_config(model, labels: Optional[List[str]] = None) -> dict:
     """The config.json of `model` as an HF ViT (ViTForImageClassification, or ViTModel without a head)."""
     config: ViTConfig = model.config
@@ -177,7 +192,8 @@ def hf_config(model, labels: Optional[List[str]] = None) -> dict:
     if config.resnet is not None:
         problems.append("it is a hybrid (HF transformers 5 has no ViT-hybrid)")
     if config.classifier != "token":
-        problems.append("it pools with classifier='gap' (HF's ViT reads the class token)")
+        problems.append(f"it pools with classifier={config.classifier!r} (HF's ViT reads the class token)")
+    problems += _family_problems(config)
     if model.include_top and config.representation_size:
         problems.append("it has a representation layer before its head (HF's classifier reads the "
                         "class token directly); save it with include_top=False, or fine-tune without "
@@ -264,11 +280,13 @@ def save_pretrained(model, directory, labels: Optional[List[str]] = None) -> str
     labels = labels if labels is not None else getattr(model, "labels", None)
     config = hf_config(model, labels)  # refuses what HF cannot express, before writing anything
     tensors = hf_tensors(model)
+    # The normalisation its weights expect ([-1, 1] unless read from ImageNet- or CLIP-normalised weights).
+    mean, std = ([round(v / 255, 8) for v in values] for values in NORMALIZATIONS[pixel_normalization(model)])
     preprocessor = {
         "image_processor_type": "ViTImageProcessor",
         "do_resize": True, "size": {"height": model.image_size[0], "width": model.image_size[1]},
         "do_rescale": True, "rescale_factor": 1 / 255, "do_normalize": True,
-        "image_mean": [0.5, 0.5, 0.5], "image_std": [0.5, 0.5, 0.5], "resample": 2,
+        "image_mean": mean, "image_std": std, "resample": 2,
     }
     _refuse_others(directory)
     with storage.writing_directory(directory) as folder:

@@ -55,7 +55,7 @@ def resize_position_embedding(posemb, new_grid, num_prefix_tokens=1, old_grid=No
             taken to be square, as in every official checkpoint.
         method: "linear" (this module's rule, the official loader's) or a
             family's torch "bicubic" / "bicubic_antialias"
-            (ViTConfig.position_interpolation; keras_vit.weights.interpolation).
+            (ViTConfig.position_interpolation; keras_vit.layers.interpolation).
 
     Returns a float array of shape (1, prefix + new_rows * new_cols, D) and the
     dtype of `posemb`.
@@ -81,7 +81,7 @@ def resize_position_embedding(posemb, new_grid, num_prefix_tokens=1, old_grid=No
         grid = _linear_resize_axis(grid, new_grid[0], axis=0)
         grid = _linear_resize_axis(grid, new_grid[1], axis=1)
     else:
-        from keras_vit.weights.interpolation import resize_grid
+        from keras_vit.layers.interpolation import resize_grid
 
         grid = resize_grid(grid, tuple(new_grid), method)
     grid = grid.reshape(1, new_grid[0] * new_grid[1], -1).astype(posemb.dtype)

@@ -1,0 +1,515 @@
+"""HF transformers checkpoints of ViT's relatives: DeiT, DINOv2 (with and
+without registers), and the vision towers of SigLIP and CLIP.
+
+Each is the ViT encoder with a few knobs turned (ViTConfig's
+distillation_token, num_register_tokens, layer_scale_init, mlp_activation,
+pre_norm, final_norm, classifier="map", ...). An adapter here reads the
+family's config.json into those knobs and renames its tensors into the
+official layout (keras_vit.weights.layout); the strict loader then checks
+every key and shape. A tensor no rule uses keeps its own name, so the loader
+reports it; the few that are deliberately left out are dropped by name below,
+each with its reason.
+
+The names are the ones on disk, which `save_pretrained` still writes in
+transformers 5 (its in-memory modules are renamed only when loading):
+"encoder.layer.N.attention.attention.query.weight" (DeiT, DINOv2),
+"encoder.layers.N.self_attn.q_proj.weight" (CLIP, SigLIP). Towers saved on
+their own by transformers 4 carry a "vision_model." prefix that 5 leaves out;
+both are read.
+
+Defaults of absent config.json fields are transformers' own (its Config
+classes), copied here as constants: keras_vit never imports transformers.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Dict, List, NamedTuple, Optional, Tuple
+
+import numpy as np
+
+from keras_vit.config import ViTConfig
+from keras_vit.errors import UserError
+from keras_vit.weights.checkpoint import (
+    POSEMB_KEY,
+    Checkpoint,
+    conv_kernel,
+    linear_kernel,
+    out_kernel,
+    qkv_bias,
+    qkv_kernel,
+    rename,
+)
+
+# hidden_act -> (mlp_activation, gelu_approximate). gelu_new and gelu_fast are
+# both the tanh approximation (written two ways).
+_ACTIVATIONS = {
+    "gelu": ("gelu", False),
+    "gelu_pytorch_tanh": ("gelu", True),
+    "gelu_new": ("gelu", True),
+    "gelu_fast": ("gelu", True),
+    "quick_gelu": ("quick_gelu", False),
+}
+
+# transformers' Config defaults (transformers 5), for fields a config.json leaves out.
+_DEIT_DEFAULTS = dict(hidden_size=768, num_hidden_layers=12, num_attention_heads=12, intermediate_size=3072,
+                      hidden_act="gelu", layer_norm_eps=1e-12, image_size=224, patch_size=16, num_channels=3,
+                      qkv_bias=True, pooler_output_size=None, pooler_act="tanh")
+_DINOV2_DEFAULTS = dict(hidden_size=768, num_hidden_layers=12, num_attention_heads=12, mlp_ratio=4,
+                        hidden_act="gelu", layer_norm_eps=1e-6, image_size=224, patch_size=14, num_channels=3,
+                        qkv_bias=True, layerscale_value=1.0, use_swiglu_ffn=False)
+# Dinov2WithRegistersConfig differs from Dinov2Config in its patch size and has registers.
+_DINOV2_REGISTERS_DEFAULTS = dict(_DINOV2_DEFAULTS, patch_size=16, num_register_tokens=4)
+_SIGLIP_DEFAULTS = dict(hidden_size=768, num_hidden_layers=12, num_attention_heads=12, intermediate_size=3072,
+                        hidden_act="gelu_pytorch_tanh", layer_norm_eps=1e-6, image_size=224, patch_size=16,
+                        num_channels=3, vision_use_head=True)
+_CLIP_DEFAULTS = dict(hidden_size=768, num_hidden_layers=12, num_attention_heads=12, intermediate_size=3072,
+                      hidden_act="quick_gelu", layer_norm_eps=1e-5, image_size=224, patch_size=32, num_channels=3,
+                      projection_dim=512)
+
+# Torch buffers some older files hold (CLIP's and SigLIP's embeddings.position_ids,
+# an arange of the positions): not weights, nothing to load.
+_BUFFERS = ("position_ids",)
+
+
+class Mapped(NamedTuple):
+    """A family checkpoint read into keras_vit's terms, before the ViTConfig is built.
+
+    fields: ViTConfig keyword arguments; params: {official key: array}
+    (unknown tensors under their own names); image_size: (height, width) the
+    position embedding was trained for; labels: the head's class names or None.
+    """
+
+    fields: Dict[str, object]
+    params: Dict[str, np.ndarray]
+    image_size: Tuple[int, int]
+    labels: Optional[List[str]]
+    num_channels: int
+
+
+# --- shared pieces ---
+
+def _settings(hf: dict, defaults: dict) -> dict:
+    """The config with transformers' defaults filled in (a null counts as absent)."""
+    out = dict(defaults)
+    out.update({k: v for k, v in hf.items() if v is not None})
+    return out
+
+
+def _side(value, what: str, where: str) -> Tuple[int, int]:
+    if isinstance(value, (list, tuple)):
+        if len(value) != 2:
+            raise UserError(f"{where}: {what}={value!r} is not an int or a (height, width) pair.")
+        return int(value[0]), int(value[1])
+    return int(value), int(value)
+
+
+def _patch_size(c: dict, where: str) -> int:
+    height, width = _side(c["patch_size"], "patch_size", where)
+    if height != width:
+        raise UserError(f"{where} has non-square patches ({height}x{width}); keras-vit's patches are square.")
+    return height
+
+
+def _activation(c: dict, where: str, family: str) -> Tuple[str, bool]:
+    act = c["hidden_act"]
+    if act not in _ACTIVATIONS:
+        raise UserError(f"{where} ({family}) uses hidden_act={act!r}; keras-vit's MLP is GELU (exact or tanh) or "
+                        f"CLIP's quick_gelu only.")
+    return _ACTIVATIONS[act]
+
+
+def _check_attention(c: dict, where: str) -> Tuple[int, int]:
+    hidden, heads = int(c["hidden_size"]), int(c["num_attention_heads"])
+    if hidden % heads:
+        raise UserError(f"{where}: hidden_size {hidden} is not divisible by num_attention_heads {heads}.")
+    head_dim = c.get("head_dim")
+    if head_dim is not None and int(head_dim) * heads != hidden:
+        raise UserError(f"{where} has head_dim={head_dim} with {heads} heads of a {hidden}-wide model; keras-vit's "
+                        f"heads split the width evenly (head_dim = hidden_size / heads).")
+    if not c.get("qkv_bias", True):
+        raise UserError(f"{where} has qkv_bias=False: keras-vit's attention always has query/key/value biases, so "
+                        f"this layout cannot be expressed.")
+    return hidden, heads
+
+
+def _drop(tensors: Dict[str, np.ndarray], unwanted: Callable[[str], bool]) -> Dict[str, np.ndarray]:
+    return {k: v for k, v in tensors.items() if not unwanted(k)}
+
+
+def _is_buffer(name: str) -> bool:
+    return name.rsplit(".", 1)[-1] in _BUFFERS
+
+
+def _vision_prefix(tensors: Dict[str, np.ndarray]) -> str:
+    """"vision_model." where a tower's names carry it (a full model, transformers 4's tower), else ""."""
+    return "vision_model." if any(k.startswith("vision_model.embeddings.") for k in tensors) else ""
+
+
+def _grid_image_size(configured: Tuple[int, int], posemb: Optional[np.ndarray], positioned: int, patch: int,
+                     where: str) -> Tuple[int, int]:
+    """The image size of the position table: config.json's, unless the table holds another
+    (square) grid, as in configs that leave image_size at a default the weights do not have."""
+    if posemb is None:
+        return configured
+    tokens = int(posemb.shape[-2]) - positioned
+    if (configured[0] // patch) * (configured[1] // patch) == tokens:
+        return configured
+    side = int(round(tokens ** 0.5))
+    if side * side != tokens:
+        raise UserError(f"{where}: the position embedding holds {tokens} patch positions, which is neither the "
+                        f"{configured} image_size of its config.json nor a square grid.")
+    return side * patch, side * patch
+
+
+def _block(table: dict, i: int, h: str, names: dict, heads: int) -> None:
+    """Rules for encoder block i, whose source names start with `h`; `names` maps our
+    parts (query, key, value, out, norm1, norm2, fc1, fc2[, ls1, ls2]) to the source's."""
+    o = f"Transformer/encoderblock_{i}/"
+    a = o + "MultiHeadDotProductAttention_1/"
+    for part in ("query", "key", "value"):
+        table[a + part + "/kernel"] = (h + names[part] + ".weight", lambda w: qkv_kernel(w, heads))
+        table[a + part + "/bias"] = (h + names[part] + ".bias", lambda b: qkv_bias(b, heads))
+    table[a + "out/kernel"] = (h + names["out"] + ".weight", lambda w: out_kernel(w, heads))
+    table[a + "out/bias"] = (h + names["out"] + ".bias", None)
+    for ours, part in (("LayerNorm_0", "norm1"), ("LayerNorm_2", "norm2")):
+        table[o + ours + "/scale"] = (h + names[part] + ".weight", None)
+        table[o + ours + "/bias"] = (h + names[part] + ".bias", None)
+    for ours, part in (("Dense_0", "fc1"), ("Dense_1", "fc2")):
+        table[o + f"MlpBlock_3/{ours}/kernel"] = (h + names[part] + ".weight", linear_kernel)
+        table[o + f"MlpBlock_3/{ours}/bias"] = (h + names[part] + ".bias", None)
+    for ours, part in (("ls1", "ls1"), ("ls2", "ls2")):
+        if part in names:
+            table[o + ours + "/scale"] = (h + names[part], None)
+
+
+def _dense(table: dict, ours: str, theirs: str, bias: bool = True) -> None:
+    table[ours + "/kernel"] = (theirs + ".weight", linear_kernel)
+    if bias:
+        table[ours + "/bias"] = (theirs + ".bias", None)
+
+
+def _norm(table: dict, ours: str, theirs: str) -> None:
+    table[ours + "/scale"] = (theirs + ".weight", None)
+    table[ours + "/bias"] = (theirs + ".bias", None)
+
+
+def hf_labels(hf: dict, num_classes: Optional[int]) -> Optional[List[str]]:
+    """The class names of config.json's id2label for a head of `num_classes` (ViT's too)."""
+    id2label = hf.get("id2label")
+    if not id2label or num_classes is None or len(id2label) != num_classes:
+        return None
+    names = [id2label.get(str(i), id2label.get(i)) for i in range(num_classes)]
+    if any(name is None for name in names) or all(name == f"LABEL_{i}" for i, name in enumerate(names)):
+        return None  # transformers' placeholders carry no information
+    return names
+
+
+def _labels(hf: dict, params: Dict[str, np.ndarray]) -> Optional[List[str]]:
+    head = params.get("head/kernel")
+    return hf_labels(hf, None if head is None else int(head.shape[-1]))
+
+
+def _require(tensors: Dict[str, np.ndarray], name: str, what: str, where: str, family: str) -> None:
+    if name not in tensors:
+        raise UserError(f"{where}: model.safetensors has no {name} ({what}); is it an HF {family} checkpoint?")
+
+
+# --- DeiT ---
+
+def deit(hf: dict, tensors: Dict[str, np.ndarray], where: str) -> Mapped:
+    """DeiTModel (with or without its pooler), DeiTForImageClassification (one head on the
+    class token) and DeiTForImageClassificationWithTeacher (a second head on the
+    distillation token; transformers' logits are the mean of the two)."""
+    c = _settings(hf, _DEIT_DEFAULTS)
+    hidden, heads = _check_attention(c, where)
+    mlp_activation, gelu_approximate = _activation(c, where, "DeiT")
+    prefix = "deit." if any(k.startswith("deit.embeddings.") for k in tensors) else ""
+    if any(k.startswith("decoder.") for k in tensors):
+        raise UserError(f"{where} is a DeiTForMaskedImageModeling checkpoint (a pixel decoder on the tokens); "
+                        f"keras-vit reads DeiTModel and the DeiT image classifiers.")
+    _require(tensors, prefix + "embeddings.distillation_token", "the DeiT distillation token", where, "DeiT")
+    has_pooler = prefix + "pooler.dense.weight" in tensors
+    if has_pooler and c["pooler_act"] != "tanh":
+        raise UserError(f"{where} has pooler_act={c['pooler_act']!r}; keras-vit's representation layer is tanh.")
+    with_teacher = "distillation_classifier.weight" in tensors
+    e = prefix + "embeddings."
+    table = {
+        "cls": (e + "cls_token", None),
+        "dist_token": (e + "distillation_token", None),
+        POSEMB_KEY: (e + "position_embeddings", None),
+        "embedding/kernel": (e + "patch_embeddings.projection.weight", conv_kernel),
+        "embedding/bias": (e + "patch_embeddings.projection.bias", None),
+    }
+    _norm(table, "Transformer/encoder_norm", prefix + "layernorm")
+    _dense(table, "pre_logits", prefix + "pooler.dense")
+    if with_teacher:
+        _dense(table, "head", "cls_classifier")
+        _dense(table, "head_dist", "distillation_classifier")
+    else:
+        _dense(table, "head", "classifier")
+    names = dict(query="attention.attention.query", key="attention.attention.key",
+                 value="attention.attention.value", out="attention.output.dense", norm1="layernorm_before",
+                 norm2="layernorm_after", fc1="intermediate.dense", fc2="output.dense")
+    for i in range(int(c["num_hidden_layers"])):
+        _block(table, i, f"{prefix}encoder.layer.{i}.", names, heads)
+    # mask_token exists only in DeiTForMaskedImageModeling (refused above) and in a DeiTModel
+    # built with use_mask_token=True: it replaces masked patches in pre-training only.
+    params = rename(_drop(tensors, lambda k: _is_buffer(k) or k == e + "mask_token"), table)
+    patch = _patch_size(c, where)
+    image_size = _grid_image_size(_side(c["image_size"], "image_size", where), params.get(POSEMB_KEY), 2, patch,
+                                  where)
+    fields = dict(
+        patch_size=patch, hidden_size=hidden, mlp_dim=int(c["intermediate_size"]), num_heads=heads,
+        num_layers=int(c["num_hidden_layers"]), classifier="token",
+        representation_size=int(c["pooler_output_size"] or hidden) if has_pooler else None,
+        layer_norm_epsilon=float(c["layer_norm_eps"]), gelu_approximate=gelu_approximate,
+        mlp_activation=mlp_activation, distillation_token=True, distillation_head=with_teacher,
+        position_interpolation="bicubic", pixel_normalization="imagenet",
+    )
+    return Mapped(fields, params, image_size, _labels(hf, params), int(c["num_channels"]))
+
+
+# --- DINOv2, with and without registers ---
+
+def _swiglu_width(hidden: int, mlp_ratio: float) -> int:
+    """Dinov2SwiGLUFFN's hidden width: 2/3 of the MLP's, rounded up to a multiple of 8."""
+    width = int(hidden * mlp_ratio)
+    return (int(width * 2 / 3) + 7) // 8 * 8
+
+
+def _dinov2(hf: dict, tensors: Dict[str, np.ndarray], where: str, registers: bool) -> Mapped:
+    family = "DINOv2 with registers" if registers else "DINOv2"
+    c = _settings(hf, _DINOV2_REGISTERS_DEFAULTS if registers else _DINOV2_DEFAULTS)
+    hidden, heads = _check_attention(c, where)
+    swiglu = bool(c["use_swiglu_ffn"])
+    if swiglu:
+        # Dinov2SwiGLUFFN is silu(x W_gate) * (x W_up) whatever hidden_act says.
+        mlp_activation, gelu_approximate = "swiglu", _ACTIVATIONS.get(c["hidden_act"], ("gelu", False))[1]
+        mlp_dim = _swiglu_width(hidden, float(c["mlp_ratio"]))
+    else:
+        mlp_activation, gelu_approximate = _activation(c, where, family)
+        mlp_dim = int(hidden * float(c["mlp_ratio"]))
+    model_prefix = "dinov2_with_registers." if registers else "dinov2."
+    prefix = model_prefix if any(k.startswith(model_prefix + "embeddings.") for k in tensors) else ""
+    e = prefix + "embeddings."
+    _require(tensors, e + "cls_token", "the class token", where, family)
+    num_registers = 0
+    if registers:
+        _require(tensors, e + "register_tokens", "the register tokens", where, family)
+        num_registers = int(tensors[e + "register_tokens"].shape[-2])
+    table = {
+        "cls": (e + "cls_token", None),
+        POSEMB_KEY: (e + "position_embeddings", None),
+        "embedding/kernel": (e + "patch_embeddings.projection.weight", conv_kernel),
+        "embedding/bias": (e + "patch_embeddings.projection.bias", None),
+    }
+    if registers:
+        table["reg_tokens"] = (e + "register_tokens", None)
+    _norm(table, "Transformer/encoder_norm", prefix + "layernorm")
+    _dense(table, "head", "classifier")
+    fc1, fc2 = ("mlp.weights_in", "mlp.weights_out") if swiglu else ("mlp.fc1", "mlp.fc2")
+    names = dict(query="attention.attention.query", key="attention.attention.key",
+                 value="attention.attention.value", out="attention.output.dense", norm1="norm1", norm2="norm2",
+                 fc1=fc1, fc2=fc2, ls1="layer_scale1.lambda1", ls2="layer_scale2.lambda1")
+    for i in range(int(c["num_hidden_layers"])):
+        _block(table, i, f"{prefix}encoder.layer.{i}.", names, heads)
+    # embeddings.mask_token replaces masked patches in DINOv2's (iBOT) masked pre-training and
+    # nowhere else (bool_masked_pos); inference never reads it.
+    params = rename(_drop(tensors, lambda k: _is_buffer(k) or k == e + "mask_token"), table)
+    has_head = "head/kernel" in params
+    patch = _patch_size(c, where)
+    image_size = _grid_image_size(_side(c["image_size"], "image_size", where), params.get(POSEMB_KEY), 1, patch,
+                                  where)
+    fields = dict(
+        patch_size=patch, hidden_size=hidden, mlp_dim=mlp_dim, num_heads=heads,
+        num_layers=int(c["num_hidden_layers"]),
+        # Dinov2(WithRegisters)ForImageClassification's classifier reads the class token next to
+        # the mean of the patch tokens (registers left out); the bare model's pooler_output is
+        # the class token.
+        classifier="token_gap" if has_head else "token",
+        layer_norm_epsilon=float(c["layer_norm_eps"]), gelu_approximate=gelu_approximate,
+        mlp_activation=mlp_activation, num_register_tokens=num_registers,
+        layer_scale_init=float(c["layerscale_value"]),
+        position_interpolation="bicubic_antialias" if registers else "bicubic", pixel_normalization="imagenet",
+    )
+    return Mapped(fields, params, image_size, _labels(hf, params), int(c["num_channels"]))
+
+
+def dinov2(hf: dict, tensors: Dict[str, np.ndarray], where: str) -> Mapped:
+    """Dinov2Model (or Dinov2Backbone) and Dinov2ForImageClassification; MLP or SwiGLU."""
+    return _dinov2(hf, tensors, where, registers=False)
+
+
+def dinov2_with_registers(hf: dict, tensors: Dict[str, np.ndarray], where: str) -> Mapped:
+    """Dinov2WithRegistersModel and Dinov2WithRegistersForImageClassification."""
+    return _dinov2(hf, tensors, where, registers=True)
+
+
+# --- CLIP and SigLIP vision towers ---
+
+_TOWER_BLOCK = dict(query="self_attn.q_proj", key="self_attn.k_proj", value="self_attn.v_proj",
+                    out="self_attn.out_proj", norm1="layer_norm1", norm2="layer_norm2", fc1="mlp.fc1",
+                    fc2="mlp.fc2")
+
+
+def _vision_config(hf: dict) -> dict:
+    """A full model's vision_config (transformers 4's vision_config_dict overriding it, as
+    CLIPConfig does; absent fields, or an absent vision_config, are the tower's defaults)."""
+    vision = dict(hf.get("vision_config") or {})
+    vision.update(hf.get("vision_config_dict") or {})
+    return vision
+
+
+def _tower_fields(c: dict, where: str, family: str) -> dict:
+    hidden, heads = _check_attention(c, where)
+    mlp_activation, gelu_approximate = _activation(c, where, family)
+    return dict(patch_size=_patch_size(c, where), hidden_size=hidden, mlp_dim=int(c["intermediate_size"]),
+                num_heads=heads, num_layers=int(c["num_hidden_layers"]),
+                layer_norm_epsilon=float(c["layer_norm_eps"]), gelu_approximate=gelu_approximate,
+                mlp_activation=mlp_activation, position_interpolation="bicubic")
+
+
+def _siglip(c: dict, hf: dict, tensors: Dict[str, np.ndarray], where: str) -> Mapped:
+    fields = _tower_fields(c, where, "SigLIP")
+    heads, hidden = fields["num_heads"], fields["hidden_size"]
+    prefix = _vision_prefix(tensors)
+    e = prefix + "embeddings."
+    _require(tensors, e + "patch_embedding.weight", "the patch embedding", where, "SigLIP")
+    # SiglipForImageClassification: its logits read the mean of the normalised tokens through
+    # `classifier`; the tower's attention-pooling head is computed but never used.
+    classification = "classifier.weight" in tensors
+    uses_head = bool(c["vision_use_head"]) and not classification
+    table = {
+        "embedding/kernel": (e + "patch_embedding.weight", conv_kernel),
+        "embedding/bias": (e + "patch_embedding.bias", None),
+        # nn.Embedding (N, D): one row per patch; SigLIP has no class token.
+        POSEMB_KEY: (e + "position_embedding.weight", lambda w: w[None]),
+    }
+    for i in range(fields["num_layers"]):
+        _block(table, i, f"{prefix}encoder.layers.{i}.", _TOWER_BLOCK, heads)
+    _norm(table, "Transformer/encoder_norm", prefix + "post_layernorm")
+    if uses_head:
+        m, h = "MAPHead_0/", prefix + "head."
+        table[m + "probe"] = (h + "probe", None)
+        a = m + "MultiHeadDotProductAttention_0/"
+        # torch.nn.MultiheadAttention packs query, key and value as the thirds of in_proj.
+        for n, part in enumerate(("query", "key", "value")):
+            rows = slice(n * hidden, (n + 1) * hidden)
+            table[a + part + "/kernel"] = (h + "attention.in_proj_weight",
+                                           lambda w, rows=rows: qkv_kernel(w[rows], heads))
+            table[a + part + "/bias"] = (h + "attention.in_proj_bias", lambda b, rows=rows: qkv_bias(b[rows], heads))
+        table[a + "out/kernel"] = (h + "attention.out_proj.weight", lambda w: out_kernel(w, heads))
+        table[a + "out/bias"] = (h + "attention.out_proj.bias", None)
+        _norm(table, m + "LayerNorm_0", h + "layernorm")
+        _dense(table, m + "MlpBlock_0/Dense_0", h + "mlp.fc1")
+        _dense(table, m + "MlpBlock_0/Dense_1", h + "mlp.fc2")
+    _dense(table, "head", "classifier")
+
+    def unused(name: str) -> bool:
+        # A full SiglipModel's text tower and its logit_scale / logit_bias (the temperature and
+        # bias of the image-text sigmoid loss) are not part of the image model; neither is the
+        # pooling head SiglipForImageClassification computes and ignores.
+        return (_is_buffer(name) or name.startswith("text_model.") or name in ("logit_scale", "logit_bias")
+                or (classification and name.startswith(prefix + "head.")))
+
+    params = rename(_drop(tensors, unused), table)
+    patch = fields["patch_size"]
+    image_size = _grid_image_size(_side(c["image_size"], "image_size", where), params.get(POSEMB_KEY), 0, patch,
+                                  where)
+    # With the attention-pooling head the features are its output (pooler_output). Without
+    # it transformers gives no pooled vector (pooler_output is None); the mean of the
+    # normalised tokens is what SiglipForImageClassification classifies, so that is ours.
+    fields.update(classifier="map" if uses_head else "gap", pixel_normalization="minus_one_to_one")
+    return Mapped(fields, params, image_size, _labels(hf, params), int(c["num_channels"]))
+
+
+def siglip_vision_model(hf: dict, tensors: Dict[str, np.ndarray], where: str) -> Mapped:
+    """SiglipVisionModel: features = the attention-pooling head's output (pooler_output)."""
+    return _siglip(_settings(hf, _SIGLIP_DEFAULTS), hf, tensors, where)
+
+
+def siglip(hf: dict, tensors: Dict[str, np.ndarray], where: str) -> Mapped:
+    """A full SiglipModel (its vision tower), or SiglipForImageClassification."""
+    return _siglip(_settings(_vision_config(hf), _SIGLIP_DEFAULTS), hf, tensors, where)
+
+
+def _clip(c: dict, hf: dict, tensors: Dict[str, np.ndarray], where: str) -> Mapped:
+    if "classifier.weight" in tensors:
+        raise UserError(f"{where} is a CLIPForImageClassification checkpoint: its classifier reads the mean of the "
+                        f"patch tokens before any LayerNorm, which keras-vit's ViT does not compute. Its vision "
+                        f"tower loads as a CLIPVisionModel (save model.vision_model).")
+    fields = _tower_fields(c, where, "CLIP")
+    heads = fields["num_heads"]
+    prefix = _vision_prefix(tensors)
+    e = prefix + "embeddings."
+    _require(tensors, e + "class_embedding", "the class embedding", where, "CLIP")
+    table = {
+        "embedding/kernel": (e + "patch_embedding.weight", conv_kernel),
+        "embedding/bias": (e + "patch_embedding.bias", None),  # transformers' CLIP has none
+        "cls": (e + "class_embedding", lambda w: w.reshape(1, 1, -1)),
+        # nn.Embedding (N + 1, D): the class token's row, then one per patch.
+        POSEMB_KEY: (e + "position_embedding.weight", lambda w: w[None]),
+    }
+    _norm(table, "pre_norm", prefix + "pre_layrnorm")  # sic: transformers' spelling
+    for i in range(fields["num_layers"]):
+        _block(table, i, f"{prefix}encoder.layers.{i}.", _TOWER_BLOCK, heads)
+    _norm(table, "pooled_norm", prefix + "post_layernorm")
+    _dense(table, "projection", "visual_projection", bias=False)
+
+    def unused(name: str) -> bool:
+        # A full CLIPModel's text tower, text_projection and logit_scale (the contrastive
+        # loss's temperature) are not part of the image model.
+        return (_is_buffer(name) or name.startswith("text_model.")
+                or name in ("text_projection.weight", "logit_scale"))
+
+    params = rename(_drop(tensors, unused), table)
+    patch = fields["patch_size"]
+    image_size = _grid_image_size(_side(c["image_size"], "image_size", where), params.get(POSEMB_KEY), 1, patch,
+                                  where)
+    projection = params.get("projection/kernel")
+    # CLIPVisionModel's pooler_output is post_layernorm(class token); with the projection
+    # (CLIPVisionModelWithProjection.image_embeds, CLIPModel.get_image_features) it is
+    # that, times visual_projection: not normalised to unit length.
+    fields.update(classifier="token", pre_norm=True, patch_bias="embedding/bias" in params,
+                  final_norm="pooled", projection_size=None if projection is None else int(projection.shape[-1]),
+                  pixel_normalization="clip")
+    return Mapped(fields, params, image_size, None, int(c["num_channels"]))
+
+
+def clip_vision_model(hf: dict, tensors: Dict[str, np.ndarray], where: str) -> Mapped:
+    """CLIPVisionModel and CLIPVisionModelWithProjection."""
+    return _clip(_settings(hf, _CLIP_DEFAULTS), hf, tensors, where)
+
+
+def clip(hf: dict, tensors: Dict[str, np.ndarray], where: str) -> Mapped:
+    """A full CLIPModel: its vision tower and visual projection."""
+    return _clip(_settings(_vision_config(hf), _CLIP_DEFAULTS), hf, tensors, where)
+
+
+# --- dispatch ---
+
+FAMILIES: Dict[str, Callable[[dict, Dict[str, np.ndarray], str], Mapped]] = {
+    "deit": deit,
+    "dinov2": dinov2,
+    "dinov2_with_registers": dinov2_with_registers,
+    "siglip_vision_model": siglip_vision_model,
+    "siglip": siglip,
+    "clip_vision_model": clip_vision_model,
+    "clip": clip,
+}
+FAMILY_MODEL_TYPES = frozenset(FAMILIES)
+
+
+def map_family(hf: dict, tensors: Dict[str, np.ndarray], where: str) -> Mapped:
+    """The family adapter of config.json's model_type, applied."""
+    model_type = hf.get("model_type")
+    if model_type not in FAMILIES:
+        raise UserError(f"{where} has model_type={model_type!r}, not one of {sorted(FAMILIES)}.")
+    return FAMILIES[model_type](hf, tensors, where)
+
+
+def read_family(hf: dict, tensors: Dict[str, np.ndarray], where: str) -> Checkpoint:
+    """A DeiT / DINOv2 / SigLIP / CLIP checkpoint (config.json as a dict, its tensors) as a Checkpoint."""
+    mapped = map_family(hf, tensors, where)
+    return Checkpoint(config=ViTConfig(**mapped.fields), params=mapped.params, image_size=mapped.image_size,
+                      labels=mapped.labels, source=where, num_channels=mapped.num_channels)
