@@ -217,6 +217,10 @@ def normalize(pixels, normalization="minus_one_to_one"):
     if normalization == "minus_one_to_one":
         return to_model_range(pixels)  # the same arithmetic for any channel count
     mean, std = NORMALIZATIONS[normalization]
+    channels = pixels.shape[-1]
+    if channels is not None and int(channels) != len(mean):
+        raise UserError(f"The {normalization} normalisation has a mean and std per RGB channel; these images have "
+                        f"{channels} channels: convert them to RGB (keras_vit.images.convert_channels).")
     return (pixels - np.asarray(mean, np.float32)) / np.asarray(std, np.float32)
 
 

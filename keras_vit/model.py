@@ -24,13 +24,15 @@ PIXELS_ABOVE = 2.0
 PROBABILITY_ACTIVATIONS = ("softmax", "sigmoid")
 
 
-def preprocess_input(images):
-    """Scales 0..255 pixels to [-1, 1], the range a ViT takes (the official
-    checkpoints', and that of every model keras_vit trains) unless it was built
-    with include_preprocessing=True (`model.input_range` says which)."""
-    from keras_vit.images import to_model_range
+def preprocess_input(images, normalization="minus_one_to_one"):
+    """Scales 0..255 pixels to what a ViT takes unless it was built with
+    include_preprocessing=True (`model.input_range` says which): [-1, 1] (the
+    official checkpoints', SigLIP's and every model keras_vit trains from
+    scratch), or for a DeiT, DINOv2 or CLIP checkpoint its family's
+    normalisation: pass `model.config.pixel_normalization` ("imagenet", "clip")."""
+    from keras_vit.images import normalize
 
-    return to_model_range(ops.cast(images, "float32"))
+    return normalize(ops.cast(images, "float32"), normalization)
 
 
 def _image_size(image_size):
@@ -315,8 +317,17 @@ class ViT(keras.Model):
 
     @property
     def input_range(self) -> str:
-        """"0..255" (pixels, scaled inside) or "[-1, 1]" (keras_vit.preprocess_input(pixels))."""
-        return PIXEL_RANGE if self.takes_raw_pixels else MODEL_RANGE
+        """"0..255" (pixels, scaled inside), "[-1, 1]" (keras_vit.preprocess_input(pixels)),
+        or a family's normalisation ("imagenet-normalised": preprocess_input(pixels, "imagenet"))."""
+        if self.takes_raw_pixels:
+            return PIXEL_RANGE
+        normalization = self.config.pixel_normalization
+        return MODEL_RANGE if normalization == "minus_one_to_one" else f"{normalization}-normalised"
+
+    def _preprocess_call(self) -> str:
+        normalization = self.config.pixel_normalization
+        extra = "" if normalization == "minus_one_to_one" else f", {normalization!r}"
+        return f"keras_vit.preprocess_input(pixels{extra})"
 
     @property
     def input_description(self) -> str:
@@ -326,18 +337,23 @@ class ViT(keras.Model):
             sizes = "any size" if self.dynamic_image_pad else f"multiples of {self.config.total_stride}"
             trained = "x".join(str(side) for side in self.image_size)
             shape = f"(B, H, W, {self.num_channels}), H and W {sizes} (trained at {trained})"
+        normalization = self.config.pixel_normalization
+        inside = MODEL_RANGE if normalization == "minus_one_to_one" else f"{normalization} mean/std"
         if self.takes_raw_pixels:
-            return f"images {shape} of pixels {PIXEL_RANGE} (scaled to {MODEL_RANGE} inside)"
-        return f"images {shape} in {MODEL_RANGE} (keras_vit.preprocess_input(pixels {PIXEL_RANGE}))"
+            return f"images {shape} of pixels {PIXEL_RANGE} (scaled to {inside} inside)"
+        return (f"images {shape} {'in' if normalization == 'minus_one_to_one' else 'normalised with'} {inside} "
+                f"({self._preprocess_call().replace('pixels', 'pixels ' + PIXEL_RANGE)})")
 
     def describe(self) -> str:
         """A few lines saying what the model is and what it takes and returns."""
         config = self.config
         grid = self.grid_size
         hybrid = f", ResNet-{config.resnet.num_layers} stem" if config.resnet else ""
+        prefix = self.num_prefix_tokens
+        tokens = f", {prefix} prefix token{'s' * (prefix != 1)}" if prefix != 1 else ""
         lines = [
-            f"{self.name}: ViT, {config.num_layers} blocks of width {config.hidden_size}, {config.num_heads} heads"
-            f"{hybrid}; {config.total_stride}x{config.total_stride}-pixel patches, {grid[0]}x{grid[1]} grid; "
+            f"{self.name}: {_family_name(config)}, {config.num_layers} blocks of width {config.hidden_size}, {config.num_heads} heads"
+            f"{hybrid}{tokens}; {config.total_stride}x{config.total_stride}-pixel patches, {grid[0]}x{grid[1]} grid; "
             f"{self.count_params():,} parameters",
             f"inputs: {self.input_description}",
         ]
@@ -400,10 +416,11 @@ class ViT(keras.Model):
         if bounds is None:
             return
         low, high = bounds
-        if low >= 0 and high > PIXELS_ABOVE:
+        if low >= 0 and high > _pixels_above(self.config.pixel_normalization):
             raise UserError(
-                f"{self.name} takes images in {MODEL_RANGE}, but got values from {low:g} to {high:g}, which look "
-                f"like pixels {PIXEL_RANGE}: pass keras_vit.preprocess_input(pixels), or use "
+                f"{self.name} takes images {self.input_range if self.input_range != MODEL_RANGE else 'in ' + MODEL_RANGE}"
+                f", but got values from {low:g} to {high:g}, which look "
+                f"like pixels {PIXEL_RANGE}: pass {self._preprocess_call()}, or use "
                 f"model.with_preprocessing() for a model that takes {PIXEL_RANGE} (set model.check_input_range = "
                 f"False if these values are meant).")
 
@@ -469,6 +486,17 @@ class ViT(keras.Model):
         if isinstance(config.get("classifier_activation"), dict):
             config["classifier_activation"] = keras.activations.deserialize(config["classifier_activation"])
         return cls(**config)
+
+
+def _pixels_above(normalization):
+    """Above this, non-negative inputs cannot be normalised pixels: 2 for [-1, 1]
+    (PIXELS_ABOVE), or just above a family's whitest value ((255 - mean) / std)."""
+    if normalization == "minus_one_to_one":
+        return PIXELS_ABOVE
+    from keras_vit.images import NORMALIZATIONS
+
+    mean, std = NORMALIZATIONS[normalization]
+    return max((255.0 - m) / s for m, s in zip(mean, std)) + 0.01
 
 
 def _value_range(x):
@@ -762,8 +790,17 @@ def _position_embedding(config, grid, stride=None):
     return None
 
 
+def _family_name(config: ViTConfig) -> str:
+    """"ViT", or the descendant its variant names ("DINOv2-reg", "CLIP", ...)."""
+    try:
+        name = canonical_name(config)
+    except ValueError:
+        return "ViT"
+    return name.rsplit("-", 1)[0] if "-" in name else "ViT"
+
+
 def _default_name(config: ViTConfig) -> str:
     try:
-        return "vit_" + canonical_name(config).lower().replace("/", "").replace("+", "_")
+        return "vit_" + canonical_name(config).lower().replace("/", "").replace("+", "_").replace("-", "_")
     except ValueError:
         return "vit"

@@ -147,3 +147,24 @@ def test_hybrid_model_has_attention_but_no_pixel_filters():
     assert inspection.mean_attention_distance(model, pixels).shape == (2, 2)
     with pytest.raises(ValueError, match="hybrid"):
         inspection.embedding_filter_pca(model)
+
+
+def test_maps_skip_distillation_and_register_tokens():
+    """DINOv2's registers and DeiT's distillation token are prefix tokens: maps
+    cover the patch grid only; a class token's row is read, else (GAP with
+    registers) the mean of the patch tokens' rows, which is what it pools."""
+    from keras_vit.inspection.attention import reads_class_token
+
+    keras.utils.set_random_seed(2)
+    pixels = random_pixels(2, 16, 3, seed=4)
+    for fields, prefix, reads_class in (({"num_register_tokens": 2}, 3, True),
+                                        ({"num_register_tokens": 2, "classifier": "gap"}, 2, False),
+                                        ({"distillation_token": True, "distillation_head": True}, 2, True)):
+        model = ViT(TINY.replace(**fields), image_size=16, num_classes=3)
+        assert (model.num_prefix_tokens, reads_class_token(model)) == (prefix, reads_class)
+        _, probabilities = inspection.encoder_attention(model, pixels)
+        rollout = inspection.attention_rollout(probabilities)  # (B, T, T), T = prefix + 16
+        row = rollout[:, 0] if reads_class else rollout[:, prefix:].mean(axis=1)
+        np.testing.assert_allclose(inspection.rollout_maps(model, pixels), row[:, prefix:].reshape(2, 4, 4),
+                                   rtol=1e-5)
+        assert inspection.head_maps(model, pixels).shape == (2, TINY.num_layers, TINY.num_heads, 4, 4)

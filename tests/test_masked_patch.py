@@ -224,3 +224,15 @@ def test_the_recipe_name_picks_the_task():
     assert isinstance(make_task(config), mpp.MaskedPatchTask)
     assert isinstance(make_task(TrainConfig.create("scratch", model="Mu/4", dataset="mnist5k", workdir="w")),
                       ClassificationTask)
+
+
+def test_targets_are_the_same_colours_whatever_the_models_pixel_normalization():
+    """A model taking ImageNet- or CLIP-normalised pixels (DeiT, DINOv2, CLIP
+    weights) gets the colour classes of the same pixels."""
+    from keras_vit import images as images_lib
+
+    pixels = np.random.default_rng(0).integers(0, 256, (2, 8, 8, 3)).astype("float32")
+    want = mpp.mean_colour_targets(images_lib.to_model_range(pixels), patch_size=4).numpy()
+    for normalization in ("minus_one_to_one", "imagenet", "clip"):
+        images = mpp.in_model_range(images_lib.normalize(pixels, normalization), normalization)
+        np.testing.assert_array_equal(mpp.mean_colour_targets(images, patch_size=4).numpy(), want)

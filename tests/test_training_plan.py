@@ -125,3 +125,39 @@ def test_messages_name_flags_on_the_command_line_and_keywords_in_python(monkeypa
     with pytest.raises(UserError, match=r"--image-size 30,30 is not a multiple .* use --image-size 28,28"):
         _plan(image_size=30)
     assert "--accum-steps 4" in memory.ways_out(32) and "--remat" in memory.ways_out(32)
+
+
+def test_the_plan_scales_pixels_as_the_models_weights_expect():
+    """The op "to_model_range" scales to the model's pixel_normalization
+    (DeiT/DINOv2: ImageNet's mean and std); a [-1, 1] model's plan reads as
+    it always has (config.json, describe), and training, evaluation and the
+    few-shot features see the pixels `keras_vit.images.model_inputs` gives."""
+    import tensorflow as tf
+
+    from keras_vit import images as images_lib
+    from keras_vit.training import augment
+    from keras_vit.training import reporting
+    from tests.training_helpers import plan_of
+
+    scale = {"op": "to_model_range"}
+    assert scale in _plan("deit").augmentation
+    assert "normalization" not in json.dumps(_plan("deit").to_dict()["augmentation"])
+    assert "normalised" not in reporting.describe(_plan("deit"))
+    rng = np.random.default_rng(0)
+    pixels = rng.integers(0, 256, (10, 8, 8, 3)).astype(np.uint8)
+    source = data_lib.open_source(TrainConfig.create("scratch", model=TINY), (pixels, np.arange(10) % 2))
+    for normalization in ("minus_one_to_one", "imagenet", "clip"):
+        config = TrainConfig.create("scratch", model=TINY, train_augment="none")
+        plan = plan_lib.resolve(config.replace(image_size=(8, 8)), source,
+                                TINY.replace(patch_size=1, pixel_normalization=normalization))
+        expected_op = scale if normalization == "minus_one_to_one" else {**scale, "normalization": normalization}
+        assert plan.pixel_normalization == normalization
+        assert [op for op in plan.augmentation if op["op"] == "to_model_range"] == [expected_op]
+        want = images_lib.normalize(pixels.astype(np.float32), normalization)
+        trained = augment.example_transform(plan)(tf.constant(pixels[0], tf.float32), tf.constant([1, 2], tf.int64))
+        np.testing.assert_allclose(trained.numpy(), want[0], atol=1e-5)
+        evaluated = next(iter(data_lib.plain_dataset(source, plan, "train", 9)))["image"].numpy()
+        np.testing.assert_allclose(evaluated[0], want[0], atol=1e-5)
+    assert "pixels normalised as clip" in reporting.describe(plan)
+    # A [-1, 1] plan's ops are those of every earlier run (the same dicts, byte for byte in config.json).
+    assert plan_of(source, (8, 8), 3).to_dict()["augmentation"] == [{"op": "resize"}, scale]

@@ -79,18 +79,37 @@ def run_onnx(path, images, runs):
     return {"probabilities": probabilities}, _median_latency_ms(predict_one, images[:1], runs)
 
 
+def _hf_normalization(path):
+    """(mean, std) of the directory's preprocessor_config.json, as its image
+    processor applies them after x / 255 (ViT's default: 0.5, 0.5, i.e. [-1, 1])."""
+    import json
+    import os
+
+    config_file = os.path.join(path, "preprocessor_config.json")
+    config = {}
+    if os.path.exists(config_file):
+        with open(config_file, encoding="utf-8") as f:
+            config = json.load(f)
+    if not config.get("do_normalize", True):
+        return np.float32(0.0), np.float32(1.0)
+    return (np.asarray(config.get("image_mean", [0.5] * 3), np.float32),
+            np.asarray(config.get("image_std", [0.5] * 3), np.float32))
+
+
 def run_hf(path, images, runs):
-    # What a transformers user runs: their processor's (x / 255 - 0.5) / 0.5, i.e. [-1, 1], then softmax,
-    # or sigmoid where config.json says the head is multi-label (HF's problem_type, as its pipelines read it).
+    # What a transformers user runs: their processor's (x / 255 - mean) / std (ViT's 0.5, 0.5: [-1, 1]), then
+    # softmax, or sigmoid where config.json says the head is multi-label (HF's problem_type, as its pipelines read it).
     import torch
     import transformers
 
     torch.set_num_threads(1)
     model = transformers.ViTForImageClassification.from_pretrained(path).eval()
     multi_label = model.config.problem_type == "multi_label_classification"
+    mean, std = _hf_normalization(path)
 
     def predict_one(batch):
-        pixels = torch.from_numpy(np.ascontiguousarray((batch / 127.5 - 1.0).transpose(0, 3, 1, 2)))
+        pixels = torch.from_numpy(np.ascontiguousarray(((batch / 255.0 - mean) / std).astype(np.float32)
+                                                       .transpose(0, 3, 1, 2)))
         with torch.no_grad():
             logits = model(pixel_values=pixels).logits
             return (torch.sigmoid(logits) if multi_label else torch.softmax(logits, dim=-1)).numpy()

@@ -53,7 +53,7 @@ def make_figures(model, images, out_dir, labels=None, num_overlays=4, batch_size
         if given is not None and len(given) != len(pixels):
             raise UserError(f"{len(pixels)} images but {len(given)} {name}.")
     chosen = choose_overlays(len(pixels), num_overlays, classes)
-    prefix = attention.num_prefix_tokens(model)
+    prefix, class_token = attention.num_prefix_tokens(model), attention.reads_class_token(model)
     # One forward pass per image feeds every figure: the shown images keep
     # their attention and outputs; every image adds to the mean distance.
     distance = analysis.MeanAttentionDistance(model)
@@ -74,10 +74,11 @@ def make_figures(model, images, out_dir, labels=None, num_overlays=4, batch_size
     shown = [_shown_image(images, pixels, paths, i) for i in chosen]
     paths_written = {}
 
-    rollout = attention.patch_map(attention.attention_rollout(probabilities), model.grid_size, prefix)
+    rollout = attention.patch_map(attention.attention_rollout(probabilities), model.grid_size, prefix,
+                                  class_token)
     paths_written["rollout"] = plots.plot_rollout(shown, rollout, os.path.join(out_dir, "rollout.png"),
                                                   titles=titles, captions=captions, dpi=dpi)
-    heads = attention.patch_map(probabilities[0], model.grid_size, prefix)  # (layers, heads, rows, cols)
+    heads = attention.patch_map(probabilities[0], model.grid_size, prefix, class_token)  # (layers, heads, rows, cols)
     paths_written["attention_heads"] = plots.plot_attention_heads(
         shown[0], heads, os.path.join(out_dir, "attention_heads.png"), dpi=dpi)
     if model.resnet is None:

@@ -27,8 +27,7 @@ def find_labels(model_path, labels_path=None):
 
 def predict_probabilities(model, images, batch_size=32):
     """Pixels (B, H, W, C) in 0..255 -> class probabilities (B, num_classes)."""
-    if not getattr(model, "include_top", True) or getattr(model, "num_classes", 1) is None:
-        raise UserError("This model has no classification head (include_top=False): nothing to predict.")
+    check_classifies(model)
     outputs = []
     for start in range(0, len(images), batch_size):
         x = model_inputs(model, images[start:start + batch_size])
@@ -47,6 +46,19 @@ def to_probabilities(model, outputs):
     logits = outputs - outputs.max(axis=-1, keepdims=True)
     e = np.exp(logits)
     return e / e.sum(axis=-1, keepdims=True)
+
+
+def check_classifies(model):
+    """Raises a UserError naming the way on when `model` has no classification head
+    (a backbone checkpoint: DINOv2, CLIP's vision tower, a ViTModel)."""
+    if getattr(model, "include_top", True) and getattr(model, "num_classes", 1) is not None:
+        return
+    fine_tune = _console.either("keras-vit train --weights MODEL --dataset folder:PATH --workdir RUN",
+                                "keras_vit.training.train(TrainConfig.create('finetune', weights=MODEL, "
+                                "dataset='folder:PATH', workdir=RUN))")
+    raise UserError("This model has no classification head (include_top=False): "
+                    f"nothing to predict. Fine-tune it on your classes first ({fine_tune}), then predict with "
+                    f"the run.")
 
 
 @dataclasses.dataclass
@@ -83,6 +95,7 @@ def predict_files(model, paths, top_k=5, labels=None, batch_size=32, recursive=F
         (predictions, failures): a `Prediction` per readable image in input
         order, and (path, reason) for every file that could not be read.
     """
+    check_classifies(model)
     files = find_images(paths, recursive=recursive)
     size = model.image_size if image_size is None else (
         (image_size, image_size) if isinstance(image_size, int) else tuple(image_size))

@@ -5,9 +5,12 @@
 
 The op list (keras_vit.training.plan.augmentation_ops) is ordered: geometry
 (Inception crop or resize, then flip / affine / translate), RandAugment, the
-scale to the model's [-1, 1], random erasing; mixing follows, on pairs of the
-stream. Each op draws from its own seed, folded from the example's seed with
-the op's fixed salt (SALTS), so adding an op never changes another's draws.
+scale to what the model takes ([-1, 1], or its pixel normalisation: the op's
+"normalization", keras_vit.images.normalize), random erasing (its noise is
+N(0, 1) in the model's input space, as timm's after normalisation); mixing
+follows, on pairs of the stream (linear, so the same after the scale). Each
+op draws from its own seed, folded from the example's seed with the op's
+fixed salt (SALTS), so adding an op never changes another's draws.
 
 Every op takes an explicit seed (an int64 pair) and draws with TensorFlow's
 stateless random ops only, so an example's augmentation is a function of the
@@ -352,8 +355,8 @@ def _apply(op, image, size, seed):
     name = op["op"]
     if name == "resize":
         return images_lib.resize(image, size)
-    if name == "to_model_range":
-        return images_lib.to_model_range(image)
+    if name == "to_model_range":  # to what the model takes (the plan names any normalisation but [-1, 1])
+        return images_lib.normalize(image, op.get("normalization", "minus_one_to_one"))
     op_seed = fold(seed, SALTS[name])
     if name == "inception_crop":
         return inception_crop(image, size, op_seed)
@@ -372,7 +375,7 @@ def _apply(op, image, size, seed):
 
 def example_transform(plan):
     """(image float (H, W, C) 0..255 of any size, int64 seed pair) -> the
-    model's input (plan.image_size, C) in [-1, 1], through the plan's ops."""
+    model's input (plan.image_size, C), scaled as the model takes it, through the plan's ops."""
     size, channels = tuple(plan.image_size), plan.num_channels
 
     def transform(image, seed):

@@ -104,7 +104,7 @@ def _resized(source, plan):
     def prepare(*raw_example):
         image, label, ok = source.decode(raw_example)
         image = images_lib.resize(model_pixels(image, plan.num_channels), plan.image_size)
-        return {"image": images_lib.to_model_range(image), "label": label}, ok
+        return {"image": images_lib.normalize(image, plan.pixel_normalization), "label": label}, ok
 
     return prepare
 

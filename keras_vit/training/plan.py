@@ -16,7 +16,8 @@ What is resolved here:
     a warning when the warmup takes more than half of the run;
   * the augmentation level (AugReg's "by_size" from the model) and the
     training augmentation as an ordered list of ops (crop, flip, RandAugment,
-    erasing, then mixing), which keras_vit.training.augment applies;
+    the scale to the model's pixel normalisation, erasing, then mixing),
+    which keras_vit.training.augment applies;
   * the model config, image size, channels, classes, XLA and precision.
 """
 
@@ -79,6 +80,13 @@ class Plan:
         return self.config.recipe
 
     @property
+    def pixel_normalization(self) -> str:
+        """What the model takes after pixels 0..255 are scaled (its
+        ViTConfig.pixel_normalization, keras_vit.images.NORMALIZATIONS): the
+        training op "to_model_range" and evaluation scale to it."""
+        return self.model.pixel_normalization
+
+    @property
     def steps_per_epoch(self) -> Optional[float]:
         """Optimizer steps in one pass over the training split; None where its size is unknown."""
         return self.train_size / self.global_batch if self.train_size else None
@@ -123,20 +131,33 @@ def resolve(config: TrainConfig, source, model_config: ViTConfig, num_replicas: 
         num_replicas=num_replicas, num_input_pipelines=num_input_pipelines, global_batch=global_batch,
         per_replica_batch=per_replica, micro_batch=micro, accum_steps=config.accum_steps,
         eval_batch=_eval_batch(config.eval_batch_size or global_batch // config.accum_steps, num_replicas),
-        steps=steps, warmup_steps=warmup_steps, train_size=train_size, augmentation=augmentation_ops(recipe),
+        steps=steps, warmup_steps=warmup_steps, train_size=train_size,
+        augmentation=augmentation_ops(recipe, model_config.pixel_normalization),
         mixing=mixing(recipe), jit_compile=bool(jit_compile), precision=config.precision, remat=config.remat,
         warnings=tuple(warnings))
 
 
-def augmentation_ops(recipe) -> Tuple[dict, ...]:
-    """The per-example training ops of a resolved recipe, in the order they run."""
+def augmentation_ops(recipe, normalization: str = "minus_one_to_one") -> Tuple[dict, ...]:
+    """The per-example training ops of a resolved recipe, in the order they run.
+
+    `normalization` (the model's ViTConfig.pixel_normalization): what the
+    "to_model_range" op maps pixels 0..255 to (keras_vit.images.normalize).
+    The op names it only when it is not the paper's [-1, 1], so that the plan
+    of a model taking [-1, 1] reads as it always has."""
     ops = [{"op": name} for name in GEOMETRY[recipe.train_augment]]
     if recipe.randaugment and recipe.randaugment[0]:
         ops.append({"op": "randaugment", "num_ops": recipe.randaugment[0], "magnitude": recipe.randaugment[1]})
-    ops.append({"op": "to_model_range"})
+    ops.append(model_range_op(normalization))
     if recipe.random_erasing:
         ops.append({"op": "random_erasing", "probability": recipe.random_erasing})
     return tuple(ops)
+
+
+def model_range_op(normalization: str = "minus_one_to_one") -> dict:
+    """The op scaling pixels 0..255 to what the model takes (its pixel normalisation)."""
+    if normalization == "minus_one_to_one":
+        return {"op": "to_model_range"}
+    return {"op": "to_model_range", "normalization": normalization}
 
 
 def mixing(recipe) -> Optional[dict]:

@@ -109,6 +109,8 @@ def describe(plan) -> str:
         ops.append("mix(" + ", ".join(kinds) + ")")
     epochs = f" ({plan.steps / plan.steps_per_epoch:.3g} epochs)" if plan.steps_per_epoch else ""
     level = f", aug level {plan.recipe.aug_level}" if plan.recipe.aug_level else ""
+    if plan.pixel_normalization != "minus_one_to_one":  # the [-1, 1] of every earlier run goes unsaid
+        level += f", pixels normalised as {plan.pixel_normalization}"
     return (f"{plan.steps} steps{epochs}, warmup {plan.warmup_steps}, peak lr {plan.recipe.peak_learning_rate:.3g}, "
             f"batch {plan.per_replica_batch}/replica (micro {plan.micro_batch}), {' > '.join(ops)}{level}")
 

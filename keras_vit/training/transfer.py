@@ -4,7 +4,8 @@ An official name or `.npz` goes to keras_vit.load_weights. A `.keras` file (or
 a training workdir, meaning its model.keras) is read outside any strategy
 scope, the ViT inside it is found by type (it may be wrapped, e.g. by a
 masked-patch pre-training model), and its weights are transferred in the
-official key layout: the head is dropped (the new one starts at zero), the
+official key layout: the head is dropped (the new one starts at zero; DeiT's
+distillation head "head_dist" with it), the
 representation layer is dropped if the new model has none, and the position
 embedding is resized to the new grid.
 """
@@ -15,7 +16,10 @@ import dataclasses
 import os
 from typing import Optional, Union
 
+import numpy as np
+
 from keras_vit import _console, model_source, runs, storage
+from keras_vit.layers import DistillationHead
 from keras_vit.errors import UserError
 from keras_vit.weights import checkpoint_params, load_weights
 from keras_vit.weights.sources import open_checkpoint
@@ -63,10 +67,38 @@ def resolve_weights(weights: Optional[str]) -> Optional[InitialWeights]:
     return InitialWeights(path, None, 3, path)
 
 
+# The classifiers a checkpoint may hold: the head, and DeiT's second one on the distillation token.
+HEAD_PREFIXES = ("head/", "head_dist/")
+
+
 def _encoder(params: dict) -> dict:
-    """The params without the classification head: the run builds its own, zero-initialised."""
-    return {k: v for k, v in params.items() if not k.startswith("head/")}
+    """The params without the classification heads (DeiT's two included): the
+    run builds its own, zero-initialised. Everything else (class, distillation
+    and register tokens, LayerScale, pre-norm, pooled norm, projection, MAP
+    head) is the encoder the run starts from."""
+    return {k: v for k, v in params.items() if not k.startswith(HEAD_PREFIXES)}
 
 
 def apply_weights(model, initial: InitialWeights) -> None:
+    """Loads the initial weights into the run's model. A head the weights do
+    not provide (dropped by `_encoder`, or of another class count) keeps the
+    values the task built it with (the sigmoid loss's -log(classes) bias),
+    where the loader would leave zeros."""
+    heads = _head_layers(model)
+    built = [[np.array(w) for w in layer.get_weights()] for layer in heads]
     load_weights(model, initial.weights)
+    for layer, values in zip(heads, built):
+        if all(not np.any(w) for w in layer.get_weights()):  # zeros: no head came from the checkpoint
+            layer.set_weights(values)
+
+
+def _head_layers(model):
+    """The Dense layers of the run's classifier: the head, or DeiT's pair
+    (keras_vit.layers.DistillationHead); none without one."""
+    try:
+        head = find_vit(model).head
+    except UserError:
+        return []
+    if head is None:
+        return []
+    return [head.head, head.head_dist] if isinstance(head, DistillationHead) else [head]

@@ -1,16 +1,70 @@
 """timm ViT checkpoints (model.safetensors + the config.json of its HF Hub
-`timm/NAME` repo), mapped from timm's layout (timm/models/vision_transformer.py):
+`timm/NAME` repo), mapped from timm's layout (timm/models/vision_transformer.py
+VisionTransformer, timm/models/deit.py VisionTransformerDistilled):
 
-    cls_token (1, 1, D)                  pos_embed (1, 1 + N, D)
-    patch_embed.proj.weight (D, C, p, p) blocks.N.norm1 / norm2 (LayerNorm)
-    blocks.N.attn.qkv.weight (3D, D)     fused query/key/value, in that order
-    blocks.N.attn.proj                   blocks.N.mlp.fc1 / fc2
-    norm (final LayerNorm)               head (classifier), pre_logits.fc (old)
+    cls_token (1, 1, D)   dist_token (1, 1, D)   reg_token (1, R, D)
+    pos_embed (1, [prefix +] N, D)               patch_embed.proj (D, C, p, p) [+ bias]
+    norm_pre (CLIP)       blocks.N.norm1 / norm2 (LayerNorm)
+    blocks.N.attn.qkv.weight (3D, D)             fused query/key/value, in that order
+    blocks.N.attn.proj    blocks.N.ls1.gamma / ls2.gamma (layer scale)
+    blocks.N.mlp.fc1 / fc2                       fc1 twice fc2's width: SwiGLUPacked
+    norm (on every token) or fc_norm (on the pooled vector)
+    attn_pool.latent / q / kv / proj / norm / mlp.fc1 / mlp.fc2 (global_pool="map")
+    head, head_dist (DeiT distilled), pre_logits.fc (old)
 
-timm's ViT uses the exact GELU (nn.GELU) and LayerNorm eps 1e-6. Layouts
-keras-vit's ViT cannot compute are refused by name: hybrids (a ResNet in
-patch_embed.backbone), register/distillation tokens, layer scale, QK-norm,
-the pre-norm of CLIP towers, average pooling with fc_norm, qkv_bias=False.
+Each layout is computed exactly as timm does:
+
+- DeiT distilled: a distillation token after the class token, both with a row
+  of pos_embed; logits the mean of head(class) and head_dist(distillation)
+  (VisionTransformerDistilled.forward_head in eval). Non-distilled DeiT is
+  the plain layout.
+- DINOv2: layer scale (ls1/ls2.gamma); pos_embed has the class token's row.
+  With registers (vit_*_reg4_dinov2, no_embed_class=True) pos_embed covers
+  the patches only: timm's _convert_dinov2 folded the class row into
+  cls_token, and neither class token nor registers get a position
+  (VisionTransformer._pos_embed). keras-vit adds positions to the class
+  token and patches, then inserts the registers, so an unpositioned class or
+  distillation token reads as a zero row of our table; a model whose
+  pos_embed does have rows for its registers (no_embed_class=False) gets
+  each row added to its register once, here, since timm adds it unchanged.
+- SwiGLU: DINOv2 giant's SwiGLUPacked (GluMlp, gate_last=False) holds
+  [gate; value] in one fc1 and computes silu(gate) * value: our Dense_0 as
+  is. A packed fc1 is known to be that only by timm's architecture name.
+- SigLIP (global_pool="map"): AttentionPoolLatent with one latent (the
+  probe), q on it, kv split into key then value, each heads-major as the
+  blocks' qkv; proj, norm, then a residual MLP of the blocks' width and
+  activation: classifier "map".
+- CLIP towers: norm_pre, no patch bias, LayerNorm eps 1e-5 (every *_clip_*
+  builder), the final norm on all tokens ("tokens"; the class token's is
+  CLIP's pooled norm), and a head with an all-zero bias (how timm stores
+  CLIP's visual projection: checkpoint_filter_fn) read as the bias-free
+  projection; a head with a bias is a classifier.
+- fc_norm (average pooling's LayerNorm after the pooling): final_norm="pooled".
+
+What the tensors cannot say is read from timm's architecture name (the
+"architecture" of config.json) as its builders set it: the activation
+(act_layer="gelu_tanh" in the builders listed in _GELU_TANH, QuickGELU in
+*_clip_quickgelu_*, exact GELU otherwise: timm's CLIP towers without
+"quickgelu" compute exact GELU even on OpenAI weights, and so does keras-vit),
+CLIP's eps, the heads; a config.json "model_args" (timm's create_model
+kwargs) overrides act_layer and num_heads as timm does.
+
+These family checkpoints resize their position table as timm's
+resample_abs_pos_embed does (bicubic, antialias=True, only the grid rows):
+position_interpolation="bicubic_antialias"; and take the pixel
+normalisation of their pretrained_cfg mean/std when it is ImageNet's, CLIP's
+or 0.5's. A plain timm ViT keeps the official linear resize and only warns
+about a mean/std other than 0.5.
+
+Refused by name, as keras-vit's ViT cannot compute them: hybrids (a ResNet
+in patch_embed.backbone), QK-norm, norms inside attention or MLP
+(scale_attn_norm / scale_mlp_norm), differential or gated attention, a
+patch-embedding norm, RMSNorm-style norms, qkv_bias=False / proj_bias=False,
+a head_dim other than width / heads, a MAP head that would read prefix tokens
+differently, fc_norm with a MAP head or a distillation head, global pools
+other than token / avg / map, a distilled model without heads (timm's
+features average two tokens), a gated MLP of an architecture not known to
+be SwiGLU, a model without a final norm.
 """
 
 from __future__ import annotations
@@ -18,7 +72,7 @@ from __future__ import annotations
 import logging
 import os
 import re
-from typing import Dict, Optional
+from typing import Dict, Optional, Tuple
 
 import numpy as np
 
@@ -41,32 +95,58 @@ from keras_vit.weights.checkpoint import (
 logger = logging.getLogger("keras_vit")
 
 # The heads of timm's ViT sizes (the size word of its model names).
-_HEADS = {"tiny": 3, "small": 6, "medium": 8, "base": 12, "large": 16, "huge": 16}
+_HEADS = {"tiny": 3, "small": 6, "medium": 8, "base": 12, "large": 16, "huge": 16, "gigantic": 16,
+          "so400m": 16, "giantopt": 16, "betwixt": 10, "xsmall": 4, "so150m": 14, "so150m2": 13, "mediumd": 8,
+          "wee": 4, "little": 5}
+# Size words whose heads depend on the width (timm's builders): ViT-B/16+ (CLIP) is 896 wide with
+# 14 heads; "giant" is 1408 wide with 16 heads (CLIP) or 1536 with 24 (DINOv2).
+_HEADS_BY_WIDTH = {("base", 896): 14, ("giant", 1408): 16, ("giant", 1536): 24}
+
+# timm's builders with act_layer='gelu_tanh' (timm/models/vision_transformer.py); every other
+# VisionTransformer uses nn.GELU (exact), and *_clip_quickgelu_* QuickGELU.
+_GELU_TANH = frozenset({
+    "vit_base_patch32_siglip_256", "vit_large_patch16_siglip_512", "vit_so400m_patch16_siglip_256",
+    "vit_so400m_patch16_siglip_384", "vit_so400m_patch16_siglip_512", "vit_giantopt_patch16_siglip_256",
+    "vit_giantopt_patch16_siglip_384", "vit_base_patch32_siglip_gap_256", "vit_large_patch16_siglip_gap_512",
+    "vit_so400m_patch16_siglip_gap_256", "vit_so400m_patch16_siglip_gap_384", "vit_so400m_patch16_siglip_gap_512",
+    "vit_giantopt_patch16_siglip_gap_256", "vit_giantopt_patch16_siglip_gap_384",
+})
+# timm's builders with mlp_layer=SwiGLUPacked and act_layer=nn.SiLU: fc1 is [gate; value].
+_SWIGLU_PACKED = frozenset({"vit_giant_patch14_dinov2", "vit_giant_patch14_reg4_dinov2",
+                            "vit_giant_patch14_reg1_tipsv2"})
+# model_args act_layer (timm's get_act_layer names) -> (mlp_activation, gelu_approximate).
+_ACT_LAYERS = {"gelu": ("gelu", False), "gelu_tanh": ("gelu", True), "quick_gelu": ("quick_gelu", False)}
+# Architecture names of the families whose resize and pixels follow timm (non-distilled DeiT
+# and SigLIP with average pooling have the plain layout).
+_FAMILY_NAME = re.compile(r"^deit|dinov2|siglip|_clip_")
 
 _UNSUPPORTED = (
     ("patch_embed.backbone.", "a hybrid (its ResNet lives in patch_embed.backbone, in timm's own layout); use the "
                               "official R50+B/16, R26+S/32 or R+Ti/16 .npz instead"),
-    ("reg_token", "register tokens"),
-    ("dist_token", "a distillation token (DeiT)"),
-    (".ls1.", "layer scale"),
+    ("patch_embed.norm.", "a LayerNorm on the patch embeddings (embed_norm_layer)"),
     (".attn.q_norm.", "QK-norm"),
-    ("norm_pre.", "a pre-encoder LayerNorm (CLIP-style)"),
-    ("fc_norm.", "average pooling with a LayerNorm after the pooling (fc_norm)"),
-    ("attn_pool.", "attention pooling (MAP head)"),
+    (".attn.k_norm.", "QK-norm"),
+    ("attn_pool.q_norm.", "QK-norm in its attention pooling"),
+    (".attn.norm.", "a norm inside the attention (scale_attn_norm)"),
+    (".mlp.norm.", "a norm inside the MLP (scale_mlp_norm)"),
+    (".attn.lambda_", "differential attention (attn_layer='diff')"),
+    (".attn.gate.", "gated attention"),
+    ("attn_pool.pos_embed", "a position embedding inside its attention pooling"),
 )
 
 
-def _fused(index, heads, kind):
-    """One of q/k/v from timm's fused qkv tensor."""
+def _fused(index, heads, kind, parts=3):
+    """One of q/k/v (or k/v) from timm's fused tensor: thirds (halves) of its rows, each heads-major."""
     def transform(t):
-        part = np.split(t, 3, axis=0)[index]
+        part = np.split(t, parts, axis=0)[index]
         return qkv_kernel(part, heads) if kind == "kernel" else qkv_bias(part, heads)
     return transform
 
 
 def params_from_timm(tensors: Dict[str, np.ndarray], config: ViTConfig) -> Dict[str, np.ndarray]:
-    """timm tensors -> official layout. The fused qkv is used three times, so it is
-    split here first; everything no rule uses keeps its timm name."""
+    """timm tensors (already in our token layout, see _tokens) -> official layout. The fused
+    qkv is used three times, so it is split here first; everything no rule uses keeps its
+    timm name."""
     heads = config.num_heads
     tensors = dict(tensors)
     for i in range(config.num_layers):
@@ -76,17 +156,29 @@ def params_from_timm(tensors: Dict[str, np.ndarray], config: ViTConfig) -> Dict[
                 for j, name in enumerate("qkv"):
                     tensors[f"blocks.{i}.attn.{name}.{leaf}"] = _fused(j, heads, "kernel" if leaf == "weight" else
                                                                       "bias")(np.asarray(fused, np.float32))
+            g, x = tensors.pop(f"blocks.{i}.mlp.fc1_g.{leaf}", None), tensors.pop(f"blocks.{i}.mlp.fc1_x.{leaf}", None)
+            if g is not None and x is not None:  # timm's SwiGLU: silu(fc1_g) * fc1_x -> [gate; value]
+                tensors[f"blocks.{i}.mlp.fc1.{leaf}"] = np.concatenate([g, x], axis=0)
     table = {
         "cls": ("cls_token", None),
+        "dist_token": ("dist_token", None),
+        "reg_tokens": ("reg_token", None),
         POSEMB_KEY: ("pos_embed", None),
         "embedding/kernel": ("patch_embed.proj.weight", conv_kernel),
         "embedding/bias": ("patch_embed.proj.bias", None),
+        "pre_norm/scale": ("norm_pre.weight", None),
+        "pre_norm/bias": ("norm_pre.bias", None),
         "Transformer/encoder_norm/scale": ("norm.weight", None),
         "Transformer/encoder_norm/bias": ("norm.bias", None),
+        "pooled_norm/scale": ("fc_norm.weight", None),
+        "pooled_norm/bias": ("fc_norm.bias", None),
         "pre_logits/kernel": ("pre_logits.fc.weight", linear_kernel),
         "pre_logits/bias": ("pre_logits.fc.bias", None),
         "head/kernel": ("head.weight", linear_kernel),
         "head/bias": ("head.bias", None),
+        "head_dist/kernel": ("head_dist.weight", linear_kernel),
+        "head_dist/bias": ("head_dist.bias", None),
+        "projection/kernel": ("projection.weight", linear_kernel),  # a CLIP head without bias (see read_timm)
     }
     for i in range(config.num_layers):
         b, o = f"blocks.{i}.", f"Transformer/encoderblock_{i}/"
@@ -102,13 +194,53 @@ def params_from_timm(tensors: Dict[str, np.ndarray], config: ViTConfig) -> Dict[
         for ours, theirs in (("Dense_0", "mlp.fc1"), ("Dense_1", "mlp.fc2")):
             table[o + f"MlpBlock_3/{ours}/kernel"] = (f"{b}{theirs}.weight", linear_kernel)
             table[o + f"MlpBlock_3/{ours}/bias"] = (f"{b}{theirs}.bias", None)
+        table[o + "ls1/scale"] = (b + "ls1.gamma", None)
+        table[o + "ls2/scale"] = (b + "ls2.gamma", None)
+    _attention_pool(tensors, table, config)
     return rename(tensors, table)
 
 
-def _num_heads(architecture: Optional[str], width: int, depth: int, mlp: int, where: str) -> int:
+def _attention_pool(tensors: Dict[str, np.ndarray], table: dict, config: ViTConfig) -> None:
+    """AttentionPoolLatent -> MAPHead_0: latent = probe; q (on the latent) = query; kv = key
+    then value; proj = out; norm, mlp.fc1 / fc2 as the head's LayerNorm and MLP."""
+    if "attn_pool.latent" not in tensors:
+        return
+    heads, width = config.num_heads, config.hidden_size
+    m, a = "MAPHead_0/", "MAPHead_0/MultiHeadDotProductAttention_0/"
+    table[m + "probe"] = ("attn_pool.latent", None)
+    if "attn_pool.q.weight" in tensors:
+        table[a + "query/kernel"] = ("attn_pool.q.weight", lambda w: qkv_kernel(w, heads))
+        table[a + "query/bias"] = ("attn_pool.q.bias", lambda b: qkv_bias(b, heads))
+    else:  # q_proj=False: the latent is the query itself (an identity projection)
+        tensors["attn_pool.q.identity"] = np.eye(width, dtype=np.float32).reshape(width, heads, -1)
+        tensors["attn_pool.q.zero"] = np.zeros((heads, width // heads), np.float32)
+        table[a + "query/kernel"] = ("attn_pool.q.identity", None)
+        table[a + "query/bias"] = ("attn_pool.q.zero", None)
+    for leaf, kind in (("weight", "kernel"), ("bias", "bias")):
+        kv = tensors.pop(f"attn_pool.kv.{leaf}", None)
+        if kv is not None:
+            for j, name in enumerate(("key", "value")):
+                tensors[f"attn_pool.{name}.{leaf}"] = _fused(j, heads, kind, parts=2)(np.asarray(kv, np.float32))
+                table[a + f"{name}/{kind}"] = (f"attn_pool.{name}.{leaf}", None)
+    table[a + "out/kernel"] = ("attn_pool.proj.weight", lambda w: out_kernel(w, heads))
+    table[a + "out/bias"] = ("attn_pool.proj.bias", None)
+    table[m + "LayerNorm_0/scale"] = ("attn_pool.norm.weight", None)
+    table[m + "LayerNorm_0/bias"] = ("attn_pool.norm.bias", None)
+    for ours, theirs in (("Dense_0", "fc1"), ("Dense_1", "fc2")):
+        table[m + f"MlpBlock_0/{ours}/kernel"] = (f"attn_pool.mlp.{theirs}.weight", linear_kernel)
+        table[m + f"MlpBlock_0/{ours}/bias"] = (f"attn_pool.mlp.{theirs}.bias", None)
+
+
+def _num_heads(architecture: Optional[str], model_args: dict, width: int, depth: int, mlp: int, where: str) -> int:
+    if model_args.get("num_heads"):
+        return int(model_args["num_heads"])
     if architecture:
-        for word in re.split(r"[_.]", architecture):
-            if word in _HEADS:
+        words = re.split(r"[_.]", architecture)
+        for word in words:
+            if (word, width) in _HEADS_BY_WIDTH:
+                return _HEADS_BY_WIDTH[(word, width)]
+        for word in words:
+            if word in _HEADS and not width % _HEADS[word]:
                 return _HEADS[word]
     from keras_vit.variants import VARIANTS
 
@@ -120,20 +252,30 @@ def _num_heads(architecture: Optional[str], width: int, depth: int, mlp: int, wh
                     f"'architecture') next to model.safetensors.")
 
 
-def read_timm(weights_path, config_path=None, source=None) -> Checkpoint:
-    """A timm ViT model.safetensors (+ its config.json) as a Checkpoint."""
-    weights_path = os.fspath(weights_path)
-    where = source or weights_path
-    if not os.path.isfile(weights_path):
-        raise UserError(f"{where}: no timm weights file {weights_path!r} (timm repos hold model.safetensors; "
-                        f"keras-vit never reads pytorch_model.bin pickles).")
-    timm_config = read_json(config_path) if config_path else {}
-    architecture = timm_config.get("architecture")
-    tensors = read_safetensors(weights_path)
+def _refuse(where: str, architecture: Optional[str], what: str) -> UserError:
+    return UserError(f"{where} ({architecture or 'timm ViT'}) has {what}, which keras-vit's ViT does not compute; "
+                     f"it cannot be loaded without changing its outputs.")
+
+
+def _activation(architecture: str, model_args: dict, where: str) -> Tuple[str, bool]:
+    """timm's act_layer: config.json's model_args, else the builder's (by the architecture name)."""
+    act = model_args.get("act_layer")
+    if act is not None:
+        if act not in _ACT_LAYERS:
+            raise _refuse(where, architecture, f"act_layer={act!r} (keras-vit's MLP is GELU, tanh-GELU, QuickGELU "
+                                               f"or SwiGLU)")
+        return _ACT_LAYERS[act]
+    if architecture in _GELU_TANH:
+        return "gelu", True
+    if "_clip_quickgelu_" in architecture:
+        return "quick_gelu", False
+    return "gelu", False
+
+
+def _check_layout(tensors: Dict[str, np.ndarray], architecture: Optional[str], where: str) -> None:
     for marker, what in _UNSUPPORTED:
         if any(marker in key or key.startswith(marker) for key in tensors):
-            raise UserError(f"{where} ({architecture or 'timm ViT'}) has {what}, which keras-vit's ViT does not "
-                            f"compute; it cannot be loaded without changing its outputs.")
+            raise _refuse(where, architecture, what)
     if "patch_embed.proj.weight" not in tensors or "blocks.0.attn.qkv.weight" not in tensors:
         if "blocks.0.attn.proj.weight" in tensors:
             raise UserError(f"{where} has no fused qkv tensor (blocks.0.attn.qkv.weight); not a timm ViT layout "
@@ -143,36 +285,235 @@ def read_timm(weights_path, config_path=None, source=None) -> Checkpoint:
     if "blocks.0.attn.qkv.bias" not in tensors:
         raise UserError(f"{where} was built with qkv_bias=False: keras-vit's attention always has query/key/"
                         f"value biases, so this layout cannot be expressed.")
-    has_cls = "cls_token" in tensors
+    for name, what in (("blocks.0.norm1.bias", "norms without a bias (RMSNorm-style norm_layer)"),
+                       ("blocks.0.attn.proj.bias", "projections without a bias (proj_bias=False)")):
+        if name not in tensors:
+            raise _refuse(where, architecture, what)
+    width = int(tensors["patch_embed.proj.weight"].shape[0])
+    if tuple(tensors["blocks.0.attn.qkv.weight"].shape) != (3 * width, width):
+        raise _refuse(where, architecture, f"attention {tensors['blocks.0.attn.qkv.weight'].shape[0] // 3} wide in "
+                                           f"a {width}-wide model (a head_dim other than width / heads)")
+    if "pos_embed" not in tensors:
+        raise _refuse(where, architecture, "no position embedding (pos_embed='none')")
+
+
+def _pooling(tensors, timm_config, model_args, architecture, where) -> str:
+    """timm's global_pool as a keras-vit classifier ("token", "gap" or "map")."""
+    has_cls, attn_pool = "cls_token" in tensors, "attn_pool.latent" in tensors
+    registers = "reg_token" in tensors
     # "" (no pooling: a feature extractor) reads like the model's own pooling.
-    pool = timm_config.get("global_pool") or ("token" if has_cls else "avg")
-    if pool not in ("token", "avg", "") or (pool == "token") != has_cls:
-        raise UserError(f"{where} pools with global_pool={pool!r} {'with' if has_cls else 'without'} a class "
-                        f"token; keras-vit reads the class token or averages a model without one.")
+    pool = timm_config.get("global_pool") or model_args.get("global_pool") or (
+        "map" if attn_pool else "token" if has_cls else "avg")
+    include_prefix = bool(model_args.get("pool_include_prefix", False))
+    if pool not in ("token", "avg", "map"):
+        raise _refuse(where, architecture, f"global_pool={pool!r} (keras-vit pools by the class token, the mean of "
+                                           f"the patch tokens or a MAP head)")
+    if (pool == "map") != attn_pool:
+        raise _refuse(where, architecture, f"global_pool={pool!r} {'with' if attn_pool else 'without'} an "
+                                           f"attention pool (attn_pool.*)")
+    if pool == "map":
+        if any(k.startswith("attn_pool.") and k.endswith(".weight") and k[len("attn_pool."):].split(".")[0]
+               not in ("q", "kv", "proj", "norm", "mlp") for k in tensors):
+            raise _refuse(where, architecture, "an attention pool with parts other than latent, q, kv, proj, norm, "
+                                               "mlp")
+        if "attn_pool.proj.weight" not in tensors or "attn_pool.mlp.fc1.weight" not in tensors:
+            raise _refuse(where, architecture, "an attention pool without its projection and MLP (out_features=0)")
+        latent = tensors["attn_pool.latent"]
+        width = int(tensors["patch_embed.proj.weight"].shape[0])
+        if tuple(latent.shape) != (1, 1, width):
+            raise _refuse(where, architecture, f"an attention-pool latent of shape {tuple(latent.shape)} (keras-vit's "
+                                               f"MAP head has one probe as wide as the tokens)")
+        if has_cls or (registers and not include_prefix):
+            raise _refuse(where, architecture, "a MAP head over the patch tokens only, after prefix tokens "
+                                               "(keras-vit's MAP head attends over every token)")
+        return "map"
+    if pool == "token":
+        if not has_cls:
+            raise _refuse(where, architecture, "global_pool='token' without a class token")
+        return "token"
+    if has_cls or "dist_token" in tensors:
+        raise UserError(f"{where} pools with global_pool='avg' with a class token; keras-vit reads the class token "
+                        f"or averages a model without one.")
+    if registers and include_prefix:
+        raise _refuse(where, architecture, "average pooling over its registers too (pool_include_prefix=True)")
+    return "gap"
+
+
+def _tokens(tensors: Dict[str, np.ndarray], image_size: Optional[Tuple[int, int]], patch: int, where: str):
+    """Puts timm's prefix tokens and position table into ours: the table with a row for each
+    class / distillation token (a zero row where timm gives none, no_embed_class=True) and
+    none for registers (a row timm has for one is added to it: timm adds it unchanged).
+    Returns (tensors, grid tokens, no_embed_class)."""
+    tensors = dict(tensors)
+    posemb = np.asarray(tensors["pos_embed"], np.float32)
+    width = posemb.shape[-1]
+    positioned = int("cls_token" in tensors) + int("dist_token" in tensors)
+    registers = int(tensors["reg_token"].shape[1]) if "reg_token" in tensors else 0
+    prefix = positioned + registers
+    rows = int(posemb.shape[1])
+    if image_size is not None:
+        grid = (image_size[0] // patch) * (image_size[1] // patch)
+        if rows == grid + prefix:
+            embed_class = True
+        elif rows == grid:
+            embed_class = False
+        else:
+            raise UserError(f"{where}: pos_embed has {rows} rows, which is neither the {grid} patches of its "
+                            f"config's {image_size} input nor those and its {prefix} prefix tokens.")
+    else:
+        with_prefix, alone = rows - prefix, rows
+
+        def square(n):
+            return n > 0 and int(round(n ** 0.5)) ** 2 == n
+
+        if prefix and square(with_prefix) and square(alone):
+            raise UserError(f"{where}: cannot tell whether pos_embed's {rows} rows include its {prefix} prefix "
+                            f"tokens; put timm's config.json (with pretrained_cfg.input_size) next to it.")
+        embed_class = not prefix or square(with_prefix)
+        grid = rows - prefix if embed_class else rows
+    if embed_class:
+        if registers:
+            tensors["reg_token"] = tensors["reg_token"] + posemb[:, positioned:prefix]
+        posemb = np.concatenate([posemb[:, :positioned], posemb[:, prefix:]], axis=1)
+    elif positioned:
+        posemb = np.concatenate([np.zeros((1, positioned, width), np.float32), posemb], axis=1)
+    tensors["pos_embed"] = posemb
+    return tensors, grid, prefix > 0 and not embed_class
+
+
+def _pixel_normalization(pretrained: dict) -> Optional[str]:
+    """The keras-vit name of pretrained_cfg's mean/std (timm.data's constants), or None."""
+    from keras_vit.images import NORMALIZATIONS
+
+    mean, std = pretrained.get("mean"), pretrained.get("std")
+    if mean is None or std is None:
+        return None
+    for name, (m, s) in NORMALIZATIONS.items():
+        if np.allclose(mean, np.asarray(m) / 255, rtol=0, atol=1e-6) and np.allclose(std, np.asarray(s) / 255,
+                                                                                      rtol=0, atol=1e-6):
+            return name
+    return None
+
+
+def read_timm(weights_path, config_path=None, source=None) -> Checkpoint:
+    """A timm ViT model.safetensors (+ its config.json) as a Checkpoint."""
+    weights_path = os.fspath(weights_path)
+    where = source or weights_path
+    if not os.path.isfile(weights_path):
+        raise UserError(f"{where}: no timm weights file {weights_path!r} (timm repos hold model.safetensors; "
+                        f"keras-vit never reads pytorch_model.bin pickles).")
+    timm_config = read_json(config_path) if config_path else {}
+    architecture = timm_config.get("architecture")
+    if architecture:
+        architecture = str(architecture).split(".")[0]  # a "NAME.TAG" reads as NAME
+    model_args = timm_config.get("model_args") or {}
+    tensors = read_safetensors(weights_path)
+    _check_layout(tensors, architecture, where)
+    if "norm_layer" in model_args and model_args["norm_layer"] not in ("layernorm",):
+        raise _refuse(where, architecture, f"norm_layer={model_args['norm_layer']!r}")
+
+    has_dist = "dist_token" in tensors
+    has_head = "head.weight" in tensors
+    classifier = _pooling(tensors, timm_config, model_args, architecture, where)
+    has_norm, has_fc_norm = "norm.weight" in tensors, "fc_norm.weight" in tensors
+    if has_norm and has_fc_norm:
+        raise _refuse(where, architecture, "both a final norm and fc_norm")
+    if not has_norm and not has_fc_norm:
+        raise _refuse(where, architecture, "no final LayerNorm (final_norm=False)")
+    if has_fc_norm and (classifier == "map" or has_dist):
+        raise _refuse(where, architecture, "fc_norm after " + ("the MAP head" if classifier == "map" else
+                                                               "two tokens' heads"))
+    if has_dist and (not has_head or "head_dist.weight" not in tensors):
+        raise _refuse(where, architecture, "a distillation token without its two heads (timm's features are then "
+                                           "the mean of the class and distillation tokens)")
+    pre_norm = "norm_pre.weight" in tensors
+    attn_pool = classifier == "map"
+    if (pre_norm or attn_pool) and not architecture:
+        raise UserError(f"{where}: a timm {'CLIP' if pre_norm else 'SigLIP'}-style ViT computes with the activation "
+                        f"(and LayerNorm eps) of its architecture, which only timm's config.json names; put it "
+                        f"(with 'architecture') next to model.safetensors.")
+    architecture_name = architecture or ""
+    mlp_activation, gelu_approximate = _activation(architecture_name, model_args, where)
+
     proj = tensors["patch_embed.proj.weight"]  # (D, C, p, p)
     width, channels, patch = int(proj.shape[0]), int(proj.shape[1]), int(proj.shape[2])
+    if proj.shape[2] != proj.shape[3]:
+        raise UserError(f"{where} has non-square patches ({proj.shape[2]}x{proj.shape[3]}); keras-vit's patches "
+                        f"are square.")
     depth = len({int(m.group(1)) for k in tensors for m in [re.match(r"blocks\.(\d+)\.", k)] if m})
-    mlp = int(tensors["blocks.0.mlp.fc1.weight"].shape[0])
-    config = ViTConfig(
-        patch_size=patch, hidden_size=width, mlp_dim=mlp, num_heads=_num_heads(architecture, width, depth, mlp, where),
-        num_layers=depth, classifier="token" if has_cls else "gap",
-        representation_size=int(tensors["pre_logits.fc.weight"].shape[0]) if "pre_logits.fc.weight" in tensors else None,
-        layer_norm_epsilon=1e-6, gelu_approximate=False,
-    )
-    grid_tokens = tensors["pos_embed"].shape[1] - has_cls
+    if "blocks.0.mlp.fc1_g.weight" in tensors:  # timm's SwiGLU: gate and value in two tensors
+        if model_args.get("act_layer") not in ("silu", "swish") and not architecture_name.startswith("aimv2_"):
+            raise _refuse(where, architecture, "a gated MLP (fc1_g / fc1_x) whose activation is not SiLU")
+        mlp, mlp_activation = int(tensors["blocks.0.mlp.fc1_g.weight"].shape[0]), "swiglu"
+    else:
+        fc1, fc2 = tensors["blocks.0.mlp.fc1.weight"], tensors["blocks.0.mlp.fc2.weight"]
+        mlp = int(fc1.shape[0])
+        if int(fc2.shape[1]) * 2 == mlp:
+            if architecture_name not in _SWIGLU_PACKED:
+                raise _refuse(where, architecture, "a packed gated MLP (fc1 twice fc2's width) whose activation and "
+                                                   "gate order only timm's SwiGLUPacked builders (DINOv2 giant) fix")
+            mlp, mlp_activation = mlp // 2, "swiglu"
+
     pretrained = timm_config.get("pretrained_cfg", {})
+    image_size = None
     if "input_size" in pretrained:
         image_size = (int(pretrained["input_size"][1]), int(pretrained["input_size"][2]))
-        if (image_size[0] // patch) * (image_size[1] // patch) != grid_tokens:
-            raise UserError(f"{where}: pos_embed has {grid_tokens} grid tokens, which is not the "
-                            f"{image_size} input of its config; is it a no_embed_class model? (not supported)")
+    tensors, grid_tokens, no_embed_class = _tokens(tensors, image_size, patch, where)
+    if image_size is not None:
+        cropped = (image_size[0] // patch * patch, image_size[1] // patch * patch)
+        if cropped != image_size:
+            logger.warning("keras_vit: %s takes %s images whose last rows/columns timm's patch embedding never "
+                           "reads (patches of %d); keras-vit's model is %s: crop images to that (top left) for "
+                           "timm's outputs.", where, image_size, patch, cropped)
+            image_size = cropped
     else:
         side = grid_side(grid_tokens, where) * patch
         image_size = (side, side)
+
+    projection = None
+    if (pre_norm and has_head and not timm_config.get("label_names") and "head.bias" in tensors
+            and not np.any(tensors["head.bias"])):
+        # CLIP's visual projection, which timm holds as a head with a zero bias.
+        tensors["projection.weight"] = tensors.pop("head.weight")
+        tensors.pop("head.bias")
+        projection = int(tensors["projection.weight"].shape[0])
+    layer_scale = "blocks.0.ls1.gamma" in tensors
+    family = (has_dist or "reg_token" in tensors or layer_scale or pre_norm or attn_pool or has_fc_norm
+              or no_embed_class or mlp_activation == "swiglu" or bool(_FAMILY_NAME.search(architecture_name)))
+    fields = dict(
+        patch_size=patch, hidden_size=width, mlp_dim=mlp,
+        num_heads=_num_heads(architecture, model_args, width, depth, mlp, where), num_layers=depth,
+        classifier=classifier,
+        representation_size=(int(tensors["pre_logits.fc.weight"].shape[0]) if "pre_logits.fc.weight" in tensors
+                             else None),
+        # Every *_clip_* builder: norm_layer=partial(LayerNorm, eps=1e-5); timm's LayerNorm default is 1e-6.
+        layer_norm_epsilon=1e-5 if "_clip_" in architecture_name else 1e-6,
+        gelu_approximate=gelu_approximate, mlp_activation=mlp_activation,
+        num_register_tokens=int(tensors["reg_token"].shape[1]) if "reg_token" in tensors else 0,
+        distillation_token=has_dist, distillation_head=has_dist,
+        # The gammas are loaded; the value is timm's init_values (DeiT III 1e-6, DINOv2 1e-5).
+        layer_scale_init=(1e-6 if architecture_name.startswith("deit3") else 1e-5) if layer_scale else None,
+        pre_norm=pre_norm, patch_bias="patch_embed.proj.bias" in tensors,
+        final_norm="pooled" if has_fc_norm else "tokens", projection_size=projection,
+    )
+    normalization = _pixel_normalization(pretrained)
     mean, std = pretrained.get("mean"), pretrained.get("std")
-    if mean is not None and (not np.allclose(mean, 0.5) or not np.allclose(std, 0.5)):
+    if family:
+        # timm's resample_abs_pos_embed: F.interpolate(bicubic, antialias=True) of the grid rows.
+        fields["position_interpolation"] = "bicubic_antialias"
+        if normalization is not None:
+            fields["pixel_normalization"] = normalization
+        elif mean is None:
+            logger.warning("keras_vit: %s has no pretrained_cfg mean/std (timm's config.json): keras-vit assumes "
+                           "[-1, 1] pixels; normalise images as the weights expect yourself.", where)
+        else:
+            logger.warning("keras_vit: %s expects inputs normalised with mean %s and std %s (pretrained_cfg), "
+                           "which is none of keras-vit's pixel normalisations: normalise images that way yourself.",
+                           where, mean, std)
+    elif mean is not None and normalization != "minus_one_to_one":
         logger.warning("keras_vit: %s expects inputs normalised with mean %s and std %s, not the [-1, 1] "
                        "scaling of keras_vit.preprocess_input: normalise images that way yourself.", where, mean, std)
+    config = ViTConfig(**fields)
     labels = timm_config.get("label_names")
     params = params_from_timm(tensors, config)
     head = params.get("head/kernel")

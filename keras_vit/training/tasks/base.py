@@ -3,7 +3,8 @@
 A Task builds the model and turns a batch into per-example losses and
 metrics; the loop handles distribution, accumulation, clipping, mixed
 precision, checkpoints and evaluation. Batches are dicts from
-training/data.py (built from the run's plan): "image" (B, H, W, C) in [-1, 1], "label" (B,) int32, and,
+training/data.py (built from the run's plan): "image" (B, H, W, C) scaled as the model takes it ([-1, 1],
+or its ViTConfig.pixel_normalization: keras_vit.images.normalize), "label" (B,) int32, and,
 in evaluation, "weight" (B,) (0 for padding).
 """
 

@@ -7,10 +7,36 @@ import math
 import keras
 import tensorflow as tf
 
+from keras_vit.layers import DistillationHead
 from keras_vit.model import ViT
 from keras_vit.training.tasks.base import Task
 from keras_vit.training.tasks.metrics import top_k_hits
 from keras_vit.variants import get_variant
+
+
+def head_layers(model):
+    """The Dense layers making the logits: the head, or DeiT's pair
+    (keras_vit.layers.DistillationHead: .head and .head_dist); none without a head."""
+    head = model.head
+    if head is None:
+        return []
+    if isinstance(head, DistillationHead):
+        return [head.head, head.head_dist]
+    return [head]
+
+
+def head_features(model):
+    """The (B, D) vector the classifier reads, as a symbolic tensor of `model`'s
+    graph: the head's input (pre-logits if the model has them, else the pooled
+    embedding), the model's output without a head, and for DeiT's distillation
+    head (which reads the tokens) the mean of its class and distillation
+    tokens, as timm's pre-logits of a distilled DeiT."""
+    if model.head is None:
+        return model.outputs
+    if isinstance(model.head, DistillationHead):
+        tokens = model.head.input  # (B, T, D): the encoder's output
+        return (tokens[:, 0] + tokens[:, 1]) / 2.0
+    return model.head.input
 
 
 class ClassificationTask(Task):
@@ -36,8 +62,9 @@ class ClassificationTask(Task):
     def build_model(self, model_config, image_size, num_classes, num_channels):
         model = ViT(get_variant(model_config), image_size=image_size, num_classes=num_classes,
                     num_channels=num_channels)
-        if self.loss == "sigmoid" and model.head is not None:
-            model.head.bias.assign(tf.fill(model.head.bias.shape, -math.log(num_classes)))
+        if self.loss == "sigmoid":
+            for dense in head_layers(model):  # the logits (DeiT's: the mean of two heads') start at -log(C)
+                dense.bias.assign(tf.fill(dense.bias.shape, -math.log(num_classes)))
         return model
 
     def targets(self, batch, num_classes, training):
@@ -65,8 +92,7 @@ class ClassificationTask(Task):
         return loss, metrics
 
     def feature_model(self, model):
-        # The head's input: pre-logits if the model has them, else the pooled token.
-        return keras.Model(model.inputs, model.head.input if model.head is not None else model.outputs)
+        return keras.Model(model.inputs, head_features(model))
 
     def export_model(self, model):
         # A float32 copy, whatever precision trained it.

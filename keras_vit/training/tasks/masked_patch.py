@@ -33,6 +33,7 @@ import numpy as np
 import tensorflow as tf
 from keras import ops
 
+from keras_vit import images as images_lib
 from keras_vit.layers.patch_corruption import PatchCorruption
 from keras_vit.model import ViT
 from keras_vit.training.tasks.base import Task
@@ -81,6 +82,16 @@ def mean_colour_targets(images, patch_size: int, bits: int = COLOUR_BITS):
     return tf.reshape(tf.cast(index, tf.int32), [-1, rows * cols])
 
 
+def in_model_range(images, normalization="minus_one_to_one"):
+    """Model inputs of `normalization` (keras_vit.images.normalize) -> the same
+    images in [-1, 1], which `mean_colour_targets` quantises (the identity for [-1, 1])."""
+    if normalization == "minus_one_to_one":
+        return images
+    mean, std = images_lib.NORMALIZATIONS[normalization]
+    pixels = tf.cast(images, tf.float32) * tf.constant(std, tf.float32) + tf.constant(mean, tf.float32)
+    return images_lib.to_model_range(pixels)
+
+
 def masked_patch_loss(logits, targets, corrupted):
     """Per-example loss and metrics over the corrupted positions only.
 
@@ -121,7 +132,7 @@ class MaskedPatchModel(keras.Model):
         vit: a keras_vit.ViT (include_preprocessing=False).
         corruption: a PatchCorruption layer.
         num_classes: colour classes of the prediction head.
-    Call: images (B, H, W, C) in [-1, 1] -> {"logits": (B, N, num_classes)
+    Call: images (B, H, W, C) as the ViT takes them -> {"logits": (B, N, num_classes)
     float32, "corrupted": (B, N) 0/1, "kinds": (B, N) int32}.
     """
 
@@ -148,8 +159,7 @@ class MaskedPatchModel(keras.Model):
             return tokens
 
         x = self.vit.encoder(self.vit.embed(images, training=training, patch_hook=corrupt), training=training)
-        if self.vit.class_token is not None:
-            x = x[:, 1:]  # the patch tokens (B, N, D)
+        x = x[:, self.vit.num_prefix_tokens:]  # the patch tokens (B, N, D): class/distillation/register tokens off
         return {"logits": self.colour_head(x), **corruption}
 
 
@@ -160,9 +170,9 @@ def patch_features(vit: ViT) -> keras.Model:
     the patch tokens' representations; a class token gets no objective of its
     own (for classifier="gap" this is exactly the ViT's pooled output).
     """
-    tokens = vit.encoder.output  # (B, [1 +] N, D)
-    if vit.class_token is not None:
-        tokens = tokens[:, 1:]
+    tokens = vit.encoder.output  # (B, [prefix +] N, D)
+    if vit.num_prefix_tokens:
+        tokens = tokens[:, vit.num_prefix_tokens:]
     return keras.Model(vit.inputs, ops.mean(tokens, axis=1), name=f"{vit.name}_patch_features")
 
 
@@ -199,7 +209,8 @@ class MaskedPatchTask(Task):
     def compute_loss(self, model, batch, training):
         images = batch["image"]
         outputs = model(images, training=training)
-        targets = mean_colour_targets(images, model.vit.config.total_stride, self.bits)
+        targets = mean_colour_targets(in_model_range(images, model.vit.config.pixel_normalization),
+                                      model.vit.config.total_stride, self.bits)
         return masked_patch_loss(outputs["logits"], targets, outputs["corrupted"])
 
     def export_model(self, model):

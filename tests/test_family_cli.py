@@ -1,0 +1,143 @@
+"""ViT's relatives as a user meets them: a transformers DINOv2-with-registers,
+DeiT-with-teacher or CLIP vision directory fine-tuned with `keras-vit train
+--weights DIR`, then predicted, inspected and exported from the run, every
+command exiting 0 on real photos (scikit-image's). Tiny random checkpoints
+(perturbed weights), a few steps each."""
+
+import importlib.util
+import json
+import math
+
+import numpy as np
+import pytest
+from PIL import Image
+
+pytestmark = pytest.mark.slow
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+skimage_data = pytest.importorskip("skimage.data")
+
+from keras_vit.cli import main  # noqa: E402
+from tests.sources_helpers import perturb_torch  # noqa: E402
+
+CLASSES = ("astronaut", "chelsea", "coffee")
+SMALL = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64, patch_size=4,
+             image_size=32)
+
+
+@pytest.fixture(scope="module")
+def photos(tmp_path_factory):
+    """Three classes of 10 crops of one photo each (9 train, 1 held out), 40 px JPEGs."""
+    root = tmp_path_factory.mktemp("photos")
+    for name in CLASSES:
+        (root / name).mkdir()
+        image = getattr(skimage_data, name)()
+        height, width = image.shape[:2]
+        for i in range(10):
+            side = min(height, width) // 2 + 12 * i
+            top, left = (height - side) * i // 10, (width - side) * (9 - i) // 10
+            crop = Image.fromarray(image[top:top + side, left:left + side]).resize((40, 40), Image.BILINEAR)
+            crop.save(root / name / f"{i}.jpg", quality=90)
+    return root
+
+
+def _saved(module, seed, directory):
+    perturb_torch(module.eval(), seed, scale=0.2)
+    module.save_pretrained(directory)
+    return module
+
+
+def _train(args, workdir, capsys, steps):
+    code = main(["train", *args, "--steps", str(steps), "--batch-size", "4", "--image-size", "32",
+                 "--warmup-steps", "0", "--workdir", str(workdir), "--no-progress", "--strategy", "default",
+                 "--fewshot-shots", "1"])  # the few-shot linear probe on the features too
+    out = capsys.readouterr()
+    assert code == 0, out.err[-3000:]
+    return json.loads((workdir / "results.json").read_text())
+
+
+def test_dinov2_with_registers_trains_predicts_inspects_and_exports(photos, tmp_path, capsys):
+    import keras_vit
+    from keras_vit.images import model_inputs
+
+    checkpoint = tmp_path / "dinov2"
+    config = transformers.Dinov2WithRegistersConfig(**SMALL, num_register_tokens=2, layerscale_value=0.5)
+    torch_model = _saved(transformers.Dinov2WithRegistersModel(config), 0, checkpoint)
+
+    # The checkpoint as a model: class + 2 registers before the patches, ImageNet's mean and std.
+    model = keras_vit.from_pretrained(str(checkpoint))
+    assert (model.num_prefix_tokens, model.config.pixel_normalization) == (3, "imagenet")
+    pixels = np.stack([np.asarray(Image.open(photos / name / "0.jpg").resize((32, 32), Image.BILINEAR))
+                       for name in CLASSES]).astype(np.float32)
+    normalised = (pixels / 255 - np.array([0.485, 0.456, 0.406])) / np.array([0.229, 0.224, 0.225])
+    with torch.no_grad():
+        want = torch_model(pixel_values=torch.from_numpy(normalised.transpose(0, 3, 1, 2).astype(np.float32)))
+    np.testing.assert_allclose(model.predict(model_inputs(model, pixels), verbose=0),
+                               want.pooler_output.numpy(), atol=2e-4)
+
+    # The backbone has no head: predict names the way on (fine-tune first) instead of failing.
+    assert main(["predict", str(checkpoint), str(photos / "chelsea" / "0.jpg")]) == 2
+    err = capsys.readouterr().err
+    assert "no classification head" in err and "keras-vit train --weights MODEL" in err and "Traceback" not in err
+
+    run = tmp_path / "run"
+    results = _train(["--weights", str(checkpoint), "--dataset", f"folder:{photos}"], run, capsys, steps=4)
+    assert results["steps"] == 4 and np.isfinite(results["eval"]["loss"]) and "1shot" in results["fewshot"]
+    plan = json.loads((run / "config.json").read_text())["plan"]
+    assert {"op": "to_model_range", "normalization": "imagenet"} in plan["augmentation"]
+
+    assert main(["predict", str(run), str(photos / "chelsea" / "0.jpg"), "--json", "--no-progress"]) == 0
+    (predicted,) = [json.loads(line) for line in capsys.readouterr().out.splitlines() if line.startswith("{")]
+    assert sorted(predicted["labels"]) == sorted(CLASSES) and sum(predicted["probabilities"]) == pytest.approx(1)
+
+    figures = tmp_path / "figures"
+    assert main(["inspect", str(run), "--image", str(photos), "--recursive", "--out", str(figures)]) == 0
+    capsys.readouterr()
+    assert (figures / "rollout.png").exists() and (figures / "attention_heads.png").exists()
+
+    formats = "saved_model,tflite" if importlib.util.find_spec("ai_edge_litert") else "saved_model"
+    exports = tmp_path / "exports"
+    code = main(["export", str(run), "--formats", formats, "--data", str(photos), "--out", str(exports),
+                 "--latency-runs", "2"])
+    out = capsys.readouterr()
+    assert code == 0, out.err[-3000:]
+    assert "export passed" in out.out, out.out
+    report = json.loads((exports / "report.json").read_text())
+    assert report["passed"] and [row["format"] for row in report["artifacts"] if row["passed"]] == formats.split(",")
+
+
+@pytest.mark.parametrize("family", ["deit_with_teacher", "clip_with_projection"])
+def test_a_family_checkpoint_fine_tunes(family, photos, tmp_path, capsys):
+    """DeiT's two heads (the distillation head dropped with the head, both
+    starting at -log(classes) for the sigmoid loss, features read from the
+    class and distillation tokens); CLIP's projection kept as the encoder's."""
+    from keras_vit.training.tasks.classification import ClassificationTask
+    from keras_vit.training.transfer import apply_weights, resolve_weights
+
+    checkpoint = tmp_path / family
+    if family == "deit_with_teacher":
+        module = transformers.DeiTForImageClassificationWithTeacher(transformers.DeiTConfig(**SMALL, num_labels=5))
+    else:
+        module = transformers.CLIPVisionModelWithProjection(transformers.CLIPVisionConfig(**SMALL, projection_dim=16))
+    _saved(module, 1, checkpoint)
+
+    initial = resolve_weights(str(checkpoint))
+    assert not any(key.startswith(("head/", "head_dist/")) for key in initial.weights)
+    task = ClassificationTask(loss="sigmoid")
+    model = task.build_model(initial.source_config, (32, 32), 3, 3)
+    apply_weights(model, initial)
+    if family == "deit_with_teacher":
+        for dense in (model.head.head, model.head.head_dist):
+            np.testing.assert_allclose(dense.bias.numpy(), -math.log(3), rtol=1e-6)
+            assert not np.any(dense.kernel.numpy())
+        assert model.config.pixel_normalization == "imagenet"
+    else:
+        assert model.config.projection_size == 16 and model.config.pixel_normalization == "clip"
+        np.testing.assert_allclose(model.head.bias.numpy(), -math.log(3), rtol=1e-6)
+    features = task.feature_model(model)
+    assert tuple(features.output_shape) == (None, 16 if family == "clip_with_projection" else 32)
+
+    results = _train(["--weights", str(checkpoint), "--dataset", f"folder:{photos}", "--loss", "sigmoid"],
+                     tmp_path / "run", capsys, steps=2)
+    assert results["steps"] == 2 and np.isfinite(results["eval"]["loss"]) and "1shot" in results["fewshot"]
