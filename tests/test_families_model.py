@@ -184,3 +184,20 @@ def test_dense_features_export_to_saved_model_and_tflite(family, dynamic, tmp_pa
 
     served = tf.saved_model.load(report["saved_model"]["path"]).signatures["serving_default"]
     np.testing.assert_allclose(served(images=tf.constant(pixels))["block_2"].numpy(), expected, atol=1e-4)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("family", ["siglip", "clip", "deit"])
+def test_family_classifiers_export_to_every_float_format(family, tmp_path):
+    # A fine-tuned family model (perturbed head: outputs differ per image) through the export
+    # pipeline: SavedModel, TFLite and, where the MLP has no erf (tanh or quick GELU), ONNX.
+    from keras_vit.export import export
+
+    model = build(family, include_top=True)
+    formats = "saved_model,tflite" + (",onnx" if family != "deit" else "")
+    pixels = np.random.default_rng(5).uniform(0, 255, size=(12, 16, 16, 3)).astype("float32")
+    report = export(model, formats, str(tmp_path), validation_data=pixels, name=family, latency_runs=1,
+                    verbose=False)
+    assert report["passed"]
+    for row in report["artifacts"]:
+        assert row["passed"], (row["format"], row["failures"])

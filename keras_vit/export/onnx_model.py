@@ -18,7 +18,8 @@ def check(model):
     require("tf2onnx", "onnx", "ONNX export")
     require("onnxruntime", "onnx", "Validating the ONNX export")
     config = getattr(model, "config", None)
-    if config is not None and not getattr(config, "gelu_approximate", True):
+    # Only the exact GELU needs Erf (quick GELU and SwiGLU are sigmoids; the MAP head's MLP is the blocks').
+    if config is not None and getattr(config, "mlp_activation", "gelu") == "gelu" and not config.gelu_approximate:
         raise UserError(f"{model.name} uses the exact GELU (gelu_approximate=False, as HF/timm/keras-hub "
                          f"checkpoints do), which tf2onnx cannot convert (no Erfc); export saved_model, tflite or "
                          f"hf, or rebuild with gelu_approximate=True (outputs change slightly).")
