@@ -146,7 +146,7 @@ class MaskedPatchModel(keras.Model):
         self.corruption.build(tokens_shape)
         self.colour_head.build(tokens_shape)
         # Its parameters get no gradient here; freezing them keeps them out of the optimizer.
-        for unused in (vit.head, vit.pre_logits):
+        for unused in (vit.pooling, vit.pooled_norm, vit.projection, vit.pre_logits, vit.head):  # the heads
             if unused is not None:
                 unused.trainable = False
         self.built = True
@@ -170,10 +170,9 @@ def patch_features(vit: ViT) -> keras.Model:
     the patch tokens' representations; a class token gets no objective of its
     own (for classifier="gap" this is exactly the ViT's pooled output).
     """
-    tokens = vit.encoder.output  # (B, [prefix +] N, D)
-    if vit.num_prefix_tokens:
-        tokens = tokens[:, vit.num_prefix_tokens:]
-    return keras.Model(vit.inputs, ops.mean(tokens, axis=1), name=f"{vit.name}_patch_features")
+    backbone = vit.backbone  # images -> (B, [prefix +] N, D)
+    tokens = backbone.output[:, vit.num_prefix_tokens:]
+    return keras.Model(backbone.inputs, ops.mean(tokens, axis=1), name=f"{vit.name}_patch_features")
 
 
 class MaskedPatchTask(Task):
