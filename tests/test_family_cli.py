@@ -141,3 +141,19 @@ def test_a_family_checkpoint_fine_tunes(family, photos, tmp_path, capsys):
     results = _train(["--weights", str(checkpoint), "--dataset", f"folder:{photos}", "--loss", "sigmoid"],
                      tmp_path / "run", capsys, steps=2)
     assert results["steps"] == 2 and np.isfinite(results["eval"]["loss"]) and "1shot" in results["fewshot"]
+
+
+def test_weights_by_hub_name(photos, tmp_path, capsys, monkeypatch):
+    # `--weights hf:ORG/NAME` as the family pages show it (the download stubbed out: no internet in tests).
+    from keras_vit.weights import download
+
+    checkpoint = tmp_path / "siglip"
+    _saved(transformers.SiglipVisionModel(transformers.SiglipVisionConfig(**SMALL)), 2, checkpoint)
+    monkeypatch.setattr(download, "hf_directory", lambda repo, revision=None: str(checkpoint))
+    results = _train(["--weights", "hf:google/tiny-siglip", "--dataset", f"folder:{photos}"], tmp_path / "run",
+                     capsys, steps=2)
+    assert results
+    from keras_vit.runs import load_model
+
+    model = load_model(str(tmp_path / "run"))
+    assert model.config.classifier == "map" and model.num_classes == 3

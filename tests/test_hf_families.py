@@ -491,3 +491,21 @@ def test_written_preprocessor_has_the_models_normalisation(tmp_path):
     keras_vit.save_pretrained(model, tmp_path / "out")
     written = json.loads((tmp_path / "out" / "preprocessor_config.json").read_text())
     assert (written["image_mean"], written["image_std"]) == ([0.485, 0.456, 0.406], [0.229, 0.224, 0.225])
+
+
+@pytest.mark.parametrize("mean, std, normalization", [
+    ([0.485, 0.456, 0.406], [0.229, 0.224, 0.225], "imagenet"),  # facebook/deit-*-patch16-224: a "vit" repo
+    ([0.5, 0.5, 0.5], [0.5, 0.5, 0.5], "minus_one_to_one"),  # google/vit-*
+])
+def test_a_vit_directory_normalises_as_its_image_processor(tmp_path, mean, std, normalization):
+    from keras_vit.images import model_inputs
+
+    hf = transformers.ViTModel(transformers.ViTConfig(**small(intermediate_size=MLP)), add_pooling_layer=False)
+    hf.save_pretrained(tmp_path / "vit")
+    processor = transformers.ViTImageProcessor(image_mean=mean, image_std=std, size={"height": 32, "width": 32})
+    processor.save_pretrained(tmp_path / "vit")
+    model = keras_vit.from_pretrained(str(tmp_path / "vit"))
+    assert model.config.pixel_normalization == normalization
+    pixels = np.random.default_rng(0).integers(0, 256, size=(1, 32, 32, 3)).astype(np.uint8)
+    want = processor(images=list(pixels), return_tensors="np", do_resize=False)["pixel_values"].transpose(0, 2, 3, 1)
+    np.testing.assert_allclose(model_inputs(model, pixels), want, atol=1e-5)

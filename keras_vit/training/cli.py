@@ -183,6 +183,7 @@ def check_args(args) -> config_lib.TrainConfig:
     import os
 
     from keras_vit import storage
+    from keras_vit.weights import sources
     from keras_vit.variants import get_variant
 
     from keras_vit.training.plan import check_batch
@@ -199,9 +200,9 @@ def check_args(args) -> config_lib.TrainConfig:
             raise UsageError(f"--model: {error}") from None
         _check_official_weights(args.model, args.weights)
     if args.weights is not None and (os.sep in args.weights or args.weights.endswith((".npz", ".keras"))) \
-            and not storage.exists(args.weights):
+            and not args.weights.startswith(sources.NAME_PREFIXES) and not storage.exists(args.weights):
         raise UsageError(f"--weights {args.weights!r} does not exist: give an official checkpoint name, an .npz, "
-                         f"a .keras file or a training workdir.")
+                         f"a .keras file, a training workdir, a checkpoint folder or hf:ORG/NAME.")
     if storage.isfile(args.workdir):
         raise UsageError(f"--workdir {args.workdir!r} is a file; give a folder (it is created if missing).")
     return config

@@ -22,7 +22,7 @@ from keras_vit import _console, model_source, runs, storage
 from keras_vit.layers import DistillationHead
 from keras_vit.errors import UserError
 from keras_vit.weights import checkpoint_params, load_weights
-from keras_vit.weights.sources import open_checkpoint
+from keras_vit.weights.sources import NAME_PREFIXES, open_checkpoint
 from keras_vit.config import ViTConfig
 from keras_vit.model import ViT
 
@@ -54,8 +54,9 @@ def resolve_weights(weights: Optional[str]) -> Optional[InitialWeights]:
     if weights is None:
         return None
     path = os.fspath(weights)
-    if model_source.is_checkpoint(path) and os.path.isdir(path):
-        # An HF transformers, keras-hub or timm folder, as predict/export take it: its architecture too.
+    if path.startswith(NAME_PREFIXES) or (model_source.is_checkpoint(path) and os.path.isdir(path)):
+        # An HF transformers, keras-hub or timm folder or hub name ("hf:ORG/NAME"), as predict/export
+        # take it: its architecture too.
         checkpoint = open_checkpoint(path)
         return InitialWeights(_encoder(checkpoint.params), checkpoint.config, checkpoint.num_channels, f"checkpoint {path}")
     if storage.isdir(path) or path.endswith(".keras"):

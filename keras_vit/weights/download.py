@@ -115,6 +115,8 @@ def hf_directory(repo: str, revision: Optional[str] = None) -> str:
     online = _reachable(repo, "config.json", revision)
     config = _fetch(repo, "config.json", revision, source, online=online)
     weights = _fetch(repo, "model.safetensors", revision, source, online=online)
+    # What pixels the weights expect (ViT repos of DeiT's weights normalise with ImageNet's mean/std).
+    _fetch(repo, "preprocessor_config.json", revision, source, required=False, online=online)
     directory = os.path.dirname(config)
     if os.path.dirname(weights) != directory:  # pragma: no cover - one snapshot holds both
         raise CannotContinue(f"{source}: config.json and model.safetensors came from different snapshots.")

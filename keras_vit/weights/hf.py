@@ -14,6 +14,7 @@ both travel in ViTConfig so the loaded model gives HF's logits.
 from __future__ import annotations
 
 import json
+import logging
 import os
 from typing import Dict, List, Optional
 
@@ -41,6 +42,8 @@ from keras_vit.weights.checkpoint import (
 from keras_vit.weights.hf_families import FAMILY_MODEL_TYPES, read_family
 from keras_vit.weights.hf_families import hf_labels as _labels
 from keras_vit.weights.layout import official_layout_error
+
+logger = logging.getLogger("keras_vit")
 
 # hidden_act -> gelu_approximate (keras.activations.gelu's flag).
 _GELU = {"gelu": False, "gelu_pytorch_tanh": True, "gelu_new": True, "gelu_fast": True}
@@ -150,12 +153,37 @@ def read_hf_directory(directory, source: Optional[str] = None) -> Checkpoint:
     if not any(k.endswith("embeddings.cls_token") for k in tensors):
         raise UserError(f"{where}: model.safetensors has no embeddings.cls_token; is it an HF ViT checkpoint?")
     params = params_from_hf(tensors, config)
+    normalization = processor_normalization(directory, where)
+    if normalization is not None:
+        config = config.replace(pixel_normalization=normalization)
     size = hf.get("image_size", 224)
     image_size = tuple(size) if isinstance(size, (list, tuple)) else (int(size), int(size))
     head = params.get("head/kernel")
     return Checkpoint(config=config, params=params, image_size=image_size,
                       labels=_labels(hf, None if head is None else head.shape[-1]), source=where,
                       num_channels=int(hf.get("num_channels", 3)))
+
+
+def processor_normalization(directory, where) -> Optional[str]:
+    """The ViTConfig.pixel_normalization a directory's preprocessor_config.json
+    names by its image_mean/image_std (ViT repos hold DeiT's ImageNet-normalised
+    weights too), or None without one; another mean/std is a warning."""
+    from keras_vit.images import NORMALIZATIONS
+
+    path = os.path.join(directory, "preprocessor_config.json")
+    if not os.path.isfile(path):
+        return None
+    processor = read_json(path)
+    mean, std = processor.get("image_mean"), processor.get("image_std")
+    if mean is None or std is None or not processor.get("do_normalize", True):
+        return None
+    for name, (want_mean, want_std) in NORMALIZATIONS.items():
+        if np.allclose(np.asarray(mean) * 255, want_mean, atol=0.01) and \
+                np.allclose(np.asarray(std) * 255, want_std, atol=0.01):
+            return name
+    logger.warning("keras_vit: %s normalises images with mean %s and std %s, which keras-vit does not name: "
+                   "normalise them that way yourself.", where, mean, std)
+    return None
 
 
 # --- writing ---
