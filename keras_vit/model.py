@@ -46,11 +46,18 @@ def _image_size(image_size):
 
 @keras.saving.register_keras_serializable(package="keras_vit")
 class ViT(keras.Model):
-    """A Vision Transformer (Dosovitskiy et al., 2021), or a hybrid ResNet+ViT.
+    """A Vision Transformer (Dosovitskiy et al., 2021), a hybrid ResNet+ViT, or
+    one of its descendants (DeiT, DINOv2, SigLIP and CLIP image towers: the
+    switches of ViTConfig, the names of keras_vit.VARIANTS).
 
-    Images (B, H, W, C) in [-1, 1] (or 0..255 with include_preprocessing)
-    -> [ResNet stem] -> patches -> [class token] -> + position embedding ->
-    encoder -> pooled token -> [pre-logits] -> [head]. With
+    The backbone (`model.backbone`: images -> tokens): images (B, H, W, C) in
+    [-1, 1] (a family's normalisation, or 0..255 with include_preprocessing)
+    -> [ResNet stem] -> patches -> [class token] -> [distillation token] ->
+    + position embedding -> [registers] -> [pre-norm] -> encoder (final norm
+    on every token, unless the family norms the pooled vector). The heads
+    read its tokens: pooling (class token, mean, MAP, class token + mean) ->
+    [pooled norm] -> [projection] -> [pre-logits] -> [head], or DeiT's two
+    heads on the class and distillation tokens. With
     position_embedding="relative" (or "none") nothing is added to the
     tokens: the encoder's attention carries the relative bias instead.
 
@@ -68,8 +75,9 @@ class ViT(keras.Model):
         image_size: int or (height, width); must be a multiple of the
             patch size (times the ResNet stride for a hybrid).
         num_classes: outputs of the classification head.
-        include_top: False returns the head's input (B, D) (the
-            pre-logits output where there is a representation layer).
+        include_top: False returns the pooled image embedding (B, D): the
+            head's input (after any pooled norm, projection or representation
+            layer; transformers' pooler_output, CLIP's image_embeds).
         weights: None (random init), a path to an official-format `.npz`,
             or a checkpoint name such as "imagenet21k" (downloaded once and
             cached). The position embedding is resized to this image size.
