@@ -715,6 +715,17 @@ def pooled_embedding(tokens, parts):
     return x
 
 
+def head_layers(model) -> list:
+    """The Dense layers making a ViT's logits: its head, or DeiT's pair
+    (DistillationHead: .head and .head_dist); [] without a head."""
+    head = model.head
+    if head is None:
+        return []
+    if isinstance(head, vit_layers.DistillationHead):
+        return [head.head, head.head_dist]
+    return [head]
+
+
 def block_indices(num_layers, indices=None):
     """forward_intermediates' `indices` -> sorted block numbers: None for all,
     an int n for the last n, a list of indices (negative from the end)."""

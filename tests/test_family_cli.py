@@ -157,3 +157,24 @@ def test_weights_by_hub_name(photos, tmp_path, capsys, monkeypatch):
 
     model = load_model(str(tmp_path / "run"))
     assert model.config.classifier == "map" and model.num_classes == 3
+
+
+@pytest.mark.parametrize("recipe", ["augreg", "plain_baseline", "deit", "finetune_ld", "masked_patch"])
+def test_every_recipe_starts_from_a_family_checkpoint(recipe, photos, tmp_path, capsys):
+    # Pre-training recipes keep the checkpoint's architecture (no untrained representation layer
+    # on its features); masked patch prediction loads the encoder into the ViT it wraps.
+    from keras_vit.runs import load_model
+
+    checkpoint = tmp_path / "dinov2"
+    config = transformers.Dinov2WithRegistersConfig(**SMALL, num_register_tokens=2, layerscale_value=0.5)
+    torch_model = _saved(transformers.Dinov2WithRegistersModel(config), 3, checkpoint)
+    run = tmp_path / "run"
+    code = main(["train", "--weights", str(checkpoint), "--dataset", f"folder:{photos}", "--recipe", recipe,
+                 "--steps", "2", "--batch-size", "4", "--image-size", "32", "--warmup-steps", "1",
+                 "--learning-rate", "1e-6", "--workdir", str(run), "--no-progress", "--strategy", "default"])
+    assert code == 0, capsys.readouterr().err[-3000:]
+    model = load_model(str(run))
+    assert model.config.representation_size is None and model.num_prefix_tokens == 3
+    # The run started from the checkpoint (a learning rate of 1e-6 moves nothing visibly).
+    registers = torch_model.embeddings.register_tokens.detach().numpy()
+    np.testing.assert_allclose(np.asarray(model.register_tokens.tokens), registers, atol=1e-3)

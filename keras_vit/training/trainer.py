@@ -514,6 +514,10 @@ def resolve_model_config(config: TrainConfig, initial=None):
         base = base.replace(position_embedding=config.position_embedding)
     recipe = config.recipe
     representation = (base.representation_size or base.hidden_size) if recipe.representation_layer else None
+    if initial is not None and initial.source_config is not None and base.representation_size is None:
+        # Weights with an architecture of their own (a checkpoint folder, a .keras run) and no
+        # representation layer: a pre-training recipe's would start untrained on trained features.
+        representation = None
     # Pre-trained weights fix the classifier (a class token or not): a
     # classifier chosen against them is an error, the recipe's default is not.
     chosen = recipe.classifier

@@ -19,12 +19,11 @@ from typing import Optional, Union
 import numpy as np
 
 from keras_vit import _console, model_source, runs, storage
-from keras_vit.layers import DistillationHead
 from keras_vit.errors import UserError
 from keras_vit.weights import checkpoint_params, load_weights
 from keras_vit.weights.sources import NAME_PREFIXES, open_checkpoint
 from keras_vit.config import ViTConfig
-from keras_vit.model import ViT
+from keras_vit.model import ViT, head_layers
 
 
 @dataclasses.dataclass
@@ -85,21 +84,11 @@ def apply_weights(model, initial: InitialWeights) -> None:
     not provide (dropped by `_encoder`, or of another class count) keeps the
     values the task built it with (the sigmoid loss's -log(classes) bias),
     where the loader would leave zeros."""
-    heads = _head_layers(model)
+    vit = find_vit(model)  # the run's model may wrap it (masked patch prediction)
+    heads = head_layers(vit)
     built = [[np.array(w) for w in layer.get_weights()] for layer in heads]
-    load_weights(model, initial.weights)
+    load_weights(vit, initial.weights)
     for layer, values in zip(heads, built):
         if all(not np.any(w) for w in layer.get_weights()):  # zeros: no head came from the checkpoint
             layer.set_weights(values)
 
-
-def _head_layers(model):
-    """The Dense layers of the run's classifier: the head, or DeiT's pair
-    (keras_vit.layers.DistillationHead); none without one."""
-    try:
-        head = find_vit(model).head
-    except UserError:
-        return []
-    if head is None:
-        return []
-    return [head.head, head.head_dist] if isinstance(head, DistillationHead) else [head]

@@ -8,21 +8,10 @@ import keras
 import tensorflow as tf
 
 from keras_vit.layers import DistillationHead
-from keras_vit.model import ViT
+from keras_vit.model import ViT, head_layers
 from keras_vit.training.tasks.base import Task
 from keras_vit.training.tasks.metrics import top_k_hits
 from keras_vit.variants import get_variant
-
-
-def head_layers(model):
-    """The Dense layers making the logits: the head, or DeiT's pair
-    (keras_vit.layers.DistillationHead: .head and .head_dist); none without a head."""
-    head = model.head
-    if head is None:
-        return []
-    if isinstance(head, DistillationHead):
-        return [head.head, head.head_dist]
-    return [head]
 
 
 def head_features(model):
