@@ -206,9 +206,11 @@ class ViT(keras.Model):
                 (only with attention=True);
             "tokens": (B, T, D) the encoder's output (after its LayerNorm,
                 where the model normalises tokens);
-            "pooled": (B, D) the pooled image embedding (`pooled_embedding`:
-                after any pooled norm, projection and representation layer);
-            "pre_logits": the head's input (= "pooled");
+            "pooled": (B, D) the read-out (class token, mean, MAP head; after
+                the pooled norm of a family that has one);
+            "pre_logits": the head's input, the pooled image embedding
+                (`pooled_embedding`: after any projection and representation
+                layer; = "pooled" without them);
             "logits": (B, num_classes) the model's output, the head's
                 classifier_activation applied if it has one (only with a head).
         """
@@ -219,7 +221,8 @@ class ViT(keras.Model):
             out["tokens"], out["attention"], out["blocks"] = encoded
         else:
             out["tokens"], out["blocks"] = encoded
-        out["pooled"] = out["pre_logits"] = pooled_embedding(out["tokens"], self)
+        out["pooled"] = read_pooled(out["tokens"], self)
+        out["pre_logits"] = embedding_of_pooled(out["pooled"], self)
         if self.head is not None:
             out["logits"] = read_out(out["tokens"], self)
         return out
@@ -708,8 +711,19 @@ def pooled_embedding(tokens, parts):
     """pooling -> [pooled norm] -> [projection] -> [pre-logits]: the image
     embedding a head reads (what transformers calls pooler_output, or CLIP's
     image_embeds)."""
+    return embedding_of_pooled(read_pooled(tokens, parts), parts)
+
+
+def read_pooled(tokens, parts):
+    """The read-out: pooling -> [pooled norm] (B, D), or (B, 2 D) for "token_gap"."""
     x = parts.pooling(tokens)
-    for layer in (parts.pooled_norm, parts.projection, parts.pre_logits):
+    return parts.pooled_norm(x) if parts.pooled_norm is not None else x
+
+
+def embedding_of_pooled(pooled, parts):
+    """The read-out -> [projection] -> [pre-logits]: what a head reads."""
+    x = pooled
+    for layer in (parts.projection, parts.pre_logits):
         if layer is not None:
             x = layer(x)
     return x

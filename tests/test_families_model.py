@@ -173,12 +173,13 @@ def test_dense_features_export_to_saved_model_and_tflite(family, dynamic, tmp_pa
     pixels = np.random.default_rng(3).uniform(0, 255, size=(2, 16, 16, 3)).astype("float32")
     report = export_features(model, str(tmp_path), indices=[0, 2], images=pixels)
     assert sorted(report) == ["saved_model", "tflite"]
-    for row in report.values():
-        assert row["outputs"] == {"block_0": (2, 4, 4, 24), "block_2": (2, 4, 4, 24)}
-        assert row["max_difference"] < 1e-4
-    # The maps are the model's own: pixels normalised by the family's rule, then its blocks.
     from keras_vit.images import model_inputs
 
+    scale = float(np.abs(np.asarray(model.forward_intermediates(model_inputs(model, pixels), indices=[0, 2]))).max())
+    for row in report.values():
+        assert row["outputs"] == {"block_0": (2, 4, 4, 24), "block_2": (2, 4, 4, 24)}
+        assert row["max_difference"] < 1e-4 * max(scale, 1.0)  # float32 kernels on maps of this size
+    # The maps are the model's own: pixels normalised by the family's rule, then its blocks.
     expected = np.asarray(model.forward_intermediates(model_inputs(model, pixels), indices=[2])[0])
     import tensorflow as tf
 
