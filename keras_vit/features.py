@@ -26,10 +26,6 @@ def feature_model(model: ViT, indices=None, output_format="NHWC", norm=False, na
     Outputs are named "block_<i>" (a dict when the model is called), and equal
     `model.forward_intermediates(images, indices, output_format, norm)`.
     """
-    if output_format not in ("NHWC", "NLC"):
-        from keras_vit.errors import UserError
-
-        raise UserError(f"output_format must be 'NHWC' or 'NLC', got {output_format!r}.")
     chosen = block_indices(model.config.num_layers, indices)
     images = keras.Input(model.inputs[0].shape[1:], name="images")
     x = embed_images(images, model)
@@ -37,14 +33,8 @@ def feature_model(model: ViT, indices=None, output_format="NHWC", norm=False, na
     for i, block in enumerate(model.encoder.blocks[:max(chosen) + 1]):
         x = block(x)
         if i in chosen:
-            outputs[f"block_{i}"] = _features(model, x, images, output_format, norm, f"block_{i}")
+            # The model's own rule for a block's features (norm, prefix dropped, grid), named for the output.
+            features = model.dense_features(x, images, output_format, norm)
+            outputs[f"block_{i}"] = keras.layers.Identity(name=f"block_{i}")(features)
     return keras.Model(images, outputs, name=name or f"{model.name}_features")
 
-
-def _features(model, tokens, images, output_format, norm, name):
-    if norm and model.encoder.encoder_norm is not None:
-        tokens = model.encoder.encoder_norm(tokens)
-    if output_format == "NHWC":
-        return model.feature_map_layer(name=name)(tokens, images)
-    prefix = model.num_prefix_tokens
-    return keras.layers.Identity(name=name)(tokens[:, prefix:])
