@@ -89,3 +89,29 @@ def test_no_old_distribution_name_left_in_the_exporter():
         if name.endswith(".py"):
             with open(os.path.join(folder, name), encoding="utf-8") as f:
                 assert "keras-vit[" not in f.read(), name
+
+
+def test_only_a_missed_agreement_asks_for_the_next_int8_plan():
+    """int8 rounding differs between CPUs; a plan that met the budget on 200 calibration
+    images and misses only the agreement on the validation images gives way to the next one
+    (each held to the same gate); an accuracy drop or any other failure does not."""
+    limits = {"max_abs_diff": None, "min_agreement": 0.98, "max_accuracy_drop": 0.01}
+    row = {"max_abs_diff": 0.1, "top1_agreement": 0.979, "accuracy_drop": 0.005}
+    row["failures"] = report.failures(row, limits)
+    assert report.only_agreement_failed(row, limits)
+    worse = dict(row, accuracy_drop=0.02)
+    worse["failures"] = report.failures(worse, limits)
+    assert not report.only_agreement_failed(worse, limits)
+    assert not report.only_agreement_failed(dict(row, failures=row["failures"] + ["bad output"]), limits)
+    assert not report.only_agreement_failed(dict(row, top1_agreement=0.99, failures=[]), limits)
+    assert {n for n, f in registry.REGISTRY.items() if f.agreement_retries} == {"tflite-int8"}
+
+
+def test_the_int8_plans_resume_without_calibrating_again():
+    from keras_vit.export import tflite_int8
+    from keras_vit.export.format import NoOtherCandidate
+
+    state = {"candidates": iter([(b"second", {"plan": "b"})])}
+    assert tflite_int8.quantize(None, None, None, 0.01, 0.98, state=state) == (b"second", {"plan": "b"})
+    with pytest.raises(NoOtherCandidate):
+        tflite_int8.quantize(None, None, None, 0.01, 0.98, state=state)

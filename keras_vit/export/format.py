@@ -34,6 +34,12 @@ class Build:
     calibration: Any = None  # data.Images for calibrated formats, else None
     calibration_reference: Any = None  # Keras probabilities on the calibration images
     thresholds: Mapping[str, Optional[float]] = dataclasses.field(default_factory=dict)
+    attempt: int = 0  # 0, then 1, 2, ... when the exporter asks for the format's next candidate
+    state: Dict[str, Any] = dataclasses.field(default_factory=dict)  # the format's own, between attempts
+
+
+class NoOtherCandidate(Exception):
+    """A format's builder has no further candidate to offer (Build.attempt > 0)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -56,6 +62,10 @@ class ExportFormat:
     calibrated: needs calibration images (int8).
     check_outputs: further checks on the runner's outputs, for what only
         this format returns: (outputs, class names) -> problems.
+    agreement_retries: how many further candidates the exporter asks `build`
+        for (Build.attempt 1, 2, ...) when an artifact misses only its top-1
+        agreement (accuracy within budget, nothing else wrong); each is held
+        to the same thresholds. 0: none.
     """
 
     name: str
@@ -69,6 +79,7 @@ class ExportFormat:
     extra: Optional[str] = None
     calibrated: bool = False
     check_outputs: Optional[Callable[[Mapping, List[str]], List[str]]] = None
+    agreement_retries: int = 0
 
     def relative_path(self, name: str, version: int) -> str:
         """The artifact's path relative to --out."""

@@ -27,6 +27,13 @@ def failures(row: Dict, thresholds: Dict[str, float]) -> List[str]:
     return out
 
 
+def only_agreement_failed(row: Dict, thresholds: Dict[str, float]) -> bool:
+    """Whether `row` failed on its top-1 agreement alone: near-ties flipped, while its
+    accuracy (where labels exist) and everything else are within their thresholds."""
+    agreement = failures(row, {"min_agreement": thresholds.get("min_agreement")})
+    return bool(agreement) and list(row.get("failures") or []) == agreement
+
+
 def _size(n):
     if n is None:
         return "-"

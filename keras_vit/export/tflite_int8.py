@@ -11,20 +11,24 @@ agrees with Keras on the calibration images:
   4. only the matmuls and convolutions int8 (nearly all weights and FLOPs),
      then only the dense layers.
 The first plan within the accuracy budget wins; if none does, the best one
-goes on to validation, which fails it. The conversion itself (source,
+goes on to validation, which fails it. If validation finds the winner missing
+only its top-1 agreement (accuracy within budget), the exporter validates the
+next plans that met the budget (ExportFormat.agreement_retries), each held to
+the same gate. The conversion itself (source,
 labels metadata, op check) is keras_vit.export.tflite's.
 """
 
 from __future__ import annotations
 
 import csv
+import functools
 import io
 from typing import List
 
 import numpy as np
 
 from keras_vit.export import tflite
-from keras_vit.export.format import ExportFormat
+from keras_vit.export.format import ExportFormat, NoOtherCandidate
 from keras_vit import _console
 from keras_vit.errors import UserError
 
@@ -36,10 +40,31 @@ FLOAT_EXCEPT_MATMULS = ["ADD", "SUB", "MUL", "NEG", "GELU", "TANH", "POW", "LOGI
                         "RESHAPE", "TRANSPOSE", "STRIDED_SLICE", "GATHER", "PAD"] + SENSITIVE_OPS
 
 
-def quantize(converter, calibration, reference, max_accuracy_drop, min_agreement):
+def quantize(converter, calibration, reference, max_accuracy_drop, min_agreement, state=None):
     """(flatbuffer, notes): the first plan of `_plans` whose model agrees with
     `reference` on the calibration images within half the disagreement budget
-    (and loses at most `max_accuracy_drop` where they have labels), else the best one."""
+    (and loses at most `max_accuracy_drop` where they have labels), else the best one.
+
+    `state` (Build.state, kept between the exporter's attempts): a later call with
+    the same dict returns the next plan that met the budget, without calibrating
+    again, or raises NoOtherCandidate. The exporter asks for it when validation
+    finds the plan missing only its top-1 agreement: 200 calibration images
+    measure a ~1-2% disagreement only to about +-1%, and which plan lands inside
+    the budget there changes with the CPU's int8 kernels."""
+    if state is not None and "candidates" in state:
+        try:
+            return next(state["candidates"])
+        except StopIteration:
+            raise NoOtherCandidate("no other int8 plan met the budget on the calibration images") from None
+    candidates = _candidates(converter, calibration, reference, max_accuracy_drop, min_agreement)
+    if state is not None:
+        state["candidates"] = candidates
+    return next(candidates)
+
+
+def _candidates(converter, calibration, reference, max_accuracy_drop, min_agreement):
+    """(flatbuffer, notes) for each plan within the budget on the calibration
+    images, least float first; if none is, the best one alone."""
     import tensorflow as tf
 
     if calibration is None or len(calibration) == 0:
@@ -72,7 +97,7 @@ def quantize(converter, calibration, reference, max_accuracy_drop, min_agreement
             ok = ok and drop <= max_accuracy_drop
         return ok, content, result
 
-    tried, best, worst = [], None, None
+    tried, best, worst, met = [], None, None, False
     for plan, ops, share in _plans():
         nodes = []
         if share:
@@ -83,12 +108,13 @@ def quantize(converter, calibration, reference, max_accuracy_drop, min_agreement
         result["plan"] = plan
         tried.append(result)
         if ok:
-            return content, {"plan": plan, "calibrated_on": len(images), "tried": tried}
-        if best is None or result["calibration_agreement"] > best[0]:
+            met = True
+            yield content, {"plan": plan, "calibrated_on": len(images), "tried": list(tried)}
+        elif not met and (best is None or result["calibration_agreement"] > best[0]):
             best = (result["calibration_agreement"], content, plan)
-    # Nothing met the budget on calibration data: ship the best for validation to judge.
-    return best[1], {"plan": f"best effort: {best[2]} (no plan met the budget on calibration images)",
-                     "calibrated_on": len(images), "tried": tried}
+    if not met:  # Nothing met the budget on calibration data: ship the best for validation to judge.
+        yield best[1], {"plan": f"best effort: {best[2]} (no plan met the budget on calibration images)",
+                        "calibrated_on": len(images), "tried": tried}
 
 
 def _plans():
@@ -122,7 +148,7 @@ EXPORT_FORMATS = (ExportFormat(
     description="TFLite int8 weights and activations, calibrated on your data (needs images)",
     layout="{name}.int8.tflite",
     runtime="tflite",
-    build=lambda job: tflite.build(job, "tflite-int8", quantize=quantize),
+    build=lambda job: tflite.build(job, "tflite-int8", quantize=functools.partial(quantize, state=job.state)),
     check=lambda model: tflite.check(model, "tflite-int8"),
     # As dynamic-range int8's (tflite.py): quantised activations are no less lossy than
     # quantised weights alone, and a stricter gate failed models of low confidence (many
@@ -130,4 +156,10 @@ EXPORT_FORMATS = (ExportFormat(
     thresholds={"max_abs_diff": None, "min_agreement": 0.98, "max_accuracy_drop": 0.01},
     extra="tflite",
     calibrated=True,
+    # Plans that met the budget on the calibration images but missed only the agreement on
+    # the validation images: the next two are validated too, each held to the same gate.
+    # `keras-vit demo --steps 200` on an AVX512-VNNI Xeon: "all int8" agreed on 99.0% of
+    # its 200 calibration digits and 97.9% of the 1,000 held-out ones (every plan lies
+    # at 97.7-99.0% there), the next plan 98.1%.
+    agreement_retries=2,
 ),)
