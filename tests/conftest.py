@@ -27,3 +27,45 @@ def tiny_hybrid_config(**overrides):
 @pytest.fixture
 def rng():
     return np.random.default_rng(0)
+
+
+def _rss_mb():
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+
+
+def _return_freed_memory_to_the_system():
+    """glibc keeps freed small blocks in its arenas; trimming gives them back, so a
+    worker that built a 600M-parameter model does not hold its pages for the rest
+    of the run (on 24 GB, two such workers starved the page cache and each fresh
+    process read TensorFlow's libraries from disk again)."""
+    try:
+        import ctypes
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):  # not glibc
+        pass
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _release_memory_after_each_module():
+    """Each test file leaves the worker as it found it: Keras' global state
+    cleared, cycles collected, freed memory returned."""
+    yield
+    import gc
+
+    import keras
+
+    keras.backend.clear_session()
+    gc.collect()
+    _return_freed_memory_to_the_system()
+
+
+@pytest.fixture(autouse=True)
+def _record_memory(request):
+    """KERAS_VIT_TEST_RSS=FILE: each test's resident memory after it ran, to find
+    the tests that grow a worker (tests/README: the suite's budget)."""
+    yield
+    log = os.environ.get("KERAS_VIT_TEST_RSS")
+    if log:
+        with open(log, "a") as f:
+            f.write(f"{os.getpid()} {_rss_mb():.0f} {request.node.nodeid}\n")
