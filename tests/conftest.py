@@ -60,10 +60,27 @@ def _release_memory_after_each_module():
     _return_freed_memory_to_the_system()
 
 
+def _log_python_processes(log):
+    """Each Python process a test starts (the CLI, a validation runner, a worker), for
+    the suite's start-up cost (docs/development.md): one line per start."""
+    import sys
+
+    def hook(event, args):
+        if event == "subprocess.Popen" and args[0] and os.path.basename(str(args[0])).startswith("python"):
+            with open(log, "a") as f:
+                f.write(f"{os.getpid()} SPAWN {' '.join(map(str, list(args[1])[1:3]))[:120]}\n")
+
+    sys.addaudithook(hook)
+
+
+if os.environ.get("KERAS_VIT_TEST_RSS"):
+    _log_python_processes(os.environ["KERAS_VIT_TEST_RSS"])
+
+
 @pytest.fixture(autouse=True)
 def _record_memory(request):
-    """KERAS_VIT_TEST_RSS=FILE: each test's resident memory after it ran, to find
-    the tests that grow a worker (tests/README: the suite's budget)."""
+    """KERAS_VIT_TEST_RSS=FILE: each test's resident memory after it ran (to find
+    the tests that grow a worker) and the Python processes it started."""
     yield
     log = os.environ.get("KERAS_VIT_TEST_RSS")
     if log:
