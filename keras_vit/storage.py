@@ -136,6 +136,30 @@ def glob(pattern: PathLike) -> List[str]:
     return []
 
 
+def unwritable(path: PathLike) -> Union[str, None]:
+    """Why folder `path` (existing or to be made) cannot be written, in a few
+    words; None when it can, as far as can be told before writing: a file on
+    the way, or a nearest existing folder this user cannot write (read-only
+    filesystem, permissions). A remote path is not asked (it fails on write)."""
+    path = os.fspath(path)
+    if is_remote(path):
+        return None
+    path = os.path.abspath(path)
+    while not os.path.exists(path) and os.path.dirname(path) != path:
+        path = os.path.dirname(path)
+    if not os.path.isdir(path):
+        return f"{path!r} is a file"
+    try:
+        read_only = bool(os.statvfs(path).f_flag & os.ST_RDONLY)
+    except (AttributeError, OSError):  # Windows has no statvfs
+        read_only = False
+    if read_only:
+        return f"{path!r} is on a read-only filesystem"
+    if not os.access(path, os.W_OK | os.X_OK):
+        return f"this user cannot write in {path!r}"
+    return None
+
+
 # --- changing ---------------------------------------------------------------------------------------------
 
 def makedirs(path: PathLike) -> None:

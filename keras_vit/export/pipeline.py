@@ -26,7 +26,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import shutil
 import time
 from typing import Any, Dict, List, Optional
 
@@ -174,21 +173,24 @@ class Exporter:
         from keras_vit.export import report as report_lib
 
         replacing = install_lib.check_out(self.out, self.overwrite)
-        src = self.resolve(model_or_path, **source)
-        formats, skipped = self.usable_formats(src.model)
-        data = self.load_data(src.model, formats)
-        self.announce(src, data)
-        keras_row = self.measure_keras(src.model, model_or_path, data)
-        version = self.saved_model_version(src.name)
-        staging = install_lib.make_staging(self.out)  # beside `out`: installing is a rename
+        for leftover in install_lib.remove_stale_staging(self.out):
+            self.say(f"removed {leftover} (the staging folder of an export that was killed)")
+        # Beside `out` (installing is a rename), and before any work: it proves `out` can be written.
+        staging, made = install_lib.make_staging(self.out)
         try:
+            src = self.resolve(model_or_path, **source)
+            formats, skipped = self.usable_formats(src.model)
+            data = self.load_data(src.model, formats)
+            self.announce(src, data)
+            keras_row = self.measure_keras(src.model, model_or_path, data)
+            version = self.saved_model_version(src.name)
             built = os.path.join(staging, "export")  # the new export, as `out` will hold it
             rows = self.build_all(formats, src, data, version, built, os.path.join(staging, "scratch"))
             report = self.report(src, formats, data, version, keras_row, rows, skipped, replacing)
             if report["report_path"] is not None:
                 self.install(report, src, built)
         finally:
-            shutil.rmtree(staging, ignore_errors=True)
+            install_lib.discard_staging(staging, made)
         if self.verbose:
             report_lib.print_table(report)
         return report

@@ -24,7 +24,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from keras_vit import _console, runs, storage
+from keras_vit import _console, locks, runs, storage
 from keras_vit.errors import CannotContinue, UserError
 from keras_vit.model import fuse_gelu, rematerialize_blocks
 from keras_vit.training import data as data_lib
@@ -109,14 +109,18 @@ class Trainer:
     # --- set-up -------------------------------------------------------------------------
 
     def run(self) -> dict:
-        """build, restore, fit, finish; the recorded results of a finished run as they are."""
+        """build, restore, fit, finish, holding the workdir's lock (WorkdirBusy if
+        another run holds it); the recorded results of a finished run as they are."""
         self.started = time.time()
-        self.build()
-        if self.restore():
-            return self.already_finished()
-        self.start_session()
-        self.fit()
-        return self.finish()
+        # One writer per workdir, locked before anything is read or written (the
+        # chief alone in a multi-worker run: its workers are that one writer).
+        with locks.held(self.config.workdir, locks.writer_role(self.config.strategy)):
+            self.build()
+            if self.restore():
+                return self.already_finished()
+            self.start_session()
+            self.fit()
+            return self.finish()
 
     def build(self) -> None:
         """Strategy, data, the run's plan, model, optimizer, compiled steps, checkpoint manager."""
