@@ -42,8 +42,8 @@ def open_model(source, labels=None) -> ModelSource:
     would be taken; a checkpoint that cannot be read, from_pretrained's error.
     """
     path = os.fspath(source)
-    if is_checkpoint(path):
-        from keras_vit.pretrained import from_pretrained
+    if is_checkpoint(path) or _damaged_checkpoint(path):
+        from keras_vit.pretrained import from_pretrained  # it names what is wrong with a damaged config.json
 
         model = from_pretrained(path)
         return ModelSource(model, choose_labels(model, labels), _name(path), f"checkpoint {path}")
@@ -58,6 +58,12 @@ def open_model(source, labels=None) -> ModelSource:
     model = runs.load_model(path)
     kind = "workdir" if storage.isdir(path) else "model file"
     return ModelSource(model, choose_labels(model, labels, path), _name(path), f"{kind} {path}")
+
+
+def _damaged_checkpoint(path: str) -> bool:
+    """A local folder with a config.json of no known kind, and no model.keras: a checkpoint whose config is damaged."""
+    return (not storage.is_remote(path) and os.path.isfile(os.path.join(path, "config.json"))
+            and not runs.is_run_folder(path))
 
 
 def is_checkpoint(path: str) -> bool:

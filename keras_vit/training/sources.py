@@ -218,6 +218,11 @@ def _held_out(files_by_class):
              for c, fs in files_by_class.items()}
     held = {c: [f for i, f in enumerate(fs) if i % HELD_OUT_EVERY == HELD_OUT_EVERY - 1]
             for c, fs in files_by_class.items()}
+    unseen = [f"{c} ({len(fs)})" for c, fs in files_by_class.items() if fs and not held[c]]
+    if unseen:  # said, not silent: the evaluation's top-1 would leave these classes out
+        warn(f"{len(unseen)} class(es) have fewer than {HELD_OUT_EVERY} images, so none is held out and they are "
+             f"not evaluated: {', '.join(unseen[:5])}{' ...' if len(unseen) > 5 else ''}. Add images, or give an "
+             f"evaluation split of your own (list:TRAIN.csv,EVAL.csv, or a folder with train/ and val/).")
     return train, held
 
 

@@ -226,7 +226,9 @@ class Trainer:
         self.resumed = restored is not None
         if restored is None:
             if self.initial is not None:
-                apply_weights(self.model, self.initial)
+                note = apply_weights(self.model, self.initial)
+                if note and self.chief:
+                    print(f"keras-vit train: {note}", flush=True)
         else:
             self.step, self.examples_seen = restored
         self._check_same_step()
@@ -346,6 +348,7 @@ class Trainer:
 
     def run_loop(self, num_steps: int) -> List[dict]:
         """`num_steps` optimizer steps on the device, one host read; -> their logs."""
+        self.timer.loop_begins()
         table = self._on_device(self.steps.run_loop, self.train_iterator, tf.constant(num_steps, tf.int32)).numpy()
         self.timer.loop_done(num_steps * self.recipe.batch_size)
         logs = [self._step_logs(row) for row in table]

@@ -157,6 +157,10 @@ def _open_directory(directory) -> Checkpoint:
     for name in ("pytorch_model.bin", "model.pt", "model.pth"):
         if os.path.isfile(os.path.join(directory, name)):
             refuse_pickle(os.path.join(directory, name))
+    if os.path.isfile(os.path.join(directory, "config.json")):  # there, but naming no kind: damaged or foreign
+        raise UserError(
+            f"{directory!r} has a config.json without model_type (HF transformers), 'architecture' (timm) or a "
+            f"keras_hub class (keras-hub): if it is a checkpoint, its config.json is damaged; restore it.")
     raise UserError(
         f"{directory!r} is not a checkpoint directory keras-vit recognises: expected an HF transformers ViT "
         f"(config.json with model_type + model.safetensors), a keras-hub preset (config.json + "
