@@ -48,6 +48,12 @@ def _a_file(root):
     return str(root / "file.txt")
 
 
+def _unlabelled_list(root):
+    """A list: CSV whose third line has an image but no label."""
+    (root / "rows.csv").write_text("path,label\na.png,cat\nb.png\n")
+    return f"list:{root / 'rows.csv'}"
+
+
 # (argv built from the tmp folder, what the line must name). The old behaviour each row guards against is
 # in issue #37 (4: weights, 5: config.json, 1: a busy workdir, 2: an unwritable --out).
 MISTAKES = {
@@ -59,6 +65,14 @@ MISTAKES = {
     "batch of zero": (lambda t: [*TRAIN_2, "--batch-size", "0", "--workdir", f"{t}/w"], "--batch-size"),
     "workdir is a file": (lambda t: [*TRAIN_2, "--workdir", _a_file(t)], "--workdir"),
     "workdir held by a live run": (lambda t: [*TRAIN_2, "--workdir", _busy_workdir(t)], "--workdir"),
+    "list row without a label": (lambda t: [*TRAIN_2, "--dataset", _unlabelled_list(t), "--workdir", f"{t}/w"],
+                                 "rows.csv: line 3 ('b.png')"),
+    "recipe's default size off the patch grid": (
+        lambda t: [*TRAIN_2, "--recipe", "finetune", "--workdir", f"{t}/w"],
+        "the finetune recipe's default image size, 384x384, is not a multiple of the model's patch (7 px): use "
+        "--image-size 378,378"),
+    "dataset's size off the patch grid": (lambda t: [*TRAIN_2, "--patch-size", "8", "--workdir", f"{t}/w"],
+                                          "mnist5k's image size, 28x28,"),
     "config.json without hidden_size": (lambda t: ["predict", _hf_folder(t, "hidden_size"), "x.png"],
                                         "hidden_size"),
     "config.json without model_type": (lambda t: ["predict", _hf_folder(t, "model_type"), "x.png"], "model_type"),
@@ -155,3 +169,12 @@ def test_a_class_too_small_for_a_held_out_image_is_named_not_silently_unevaluate
     assert held["rocket"] == [] and len(held["cat"]) == 1
     (line,) = capsys.readouterr().err.splitlines()
     assert line.startswith("keras-vit: warning: 1 class(es) have fewer than 10 images") and "rocket (3)" in line
+
+
+def test_a_json_list_entry_without_a_label_is_named_not_a_key_error(tmp_path):
+    from keras_vit.errors import UserError
+    from keras_vit.training import sources
+
+    (tmp_path / "rows.json").write_text(json.dumps([{"path": "a.png", "label": 0}, {"path": "b.png"}]))
+    with pytest.raises(UserError, match=r"rows.json: entry 2 \('b.png'\) is not \(image path, label\)"):
+        sources._read_list(str(tmp_path / "rows.json"))
