@@ -26,6 +26,20 @@ FORMS = ("a run folder, a .keras file, a checkpoint folder (HF transformers, ker
          "'hf:ORG/NAME', 'timm:NAME', 'kerashub:PRESET' or an official name such as 'imagenet21k:B/16'")
 
 
+def no_head_error(command: str):
+    """The UserError for a model without a classification head (a backbone checkpoint: DINOv2,
+    CLIP's vision tower, a ViTModel) given to `command` ("predict", "export"), which classifies:
+    it names the fix, fine-tuning on the user's classes, in the caller's language."""
+    from keras_vit import _console
+    from keras_vit.errors import UserError
+
+    fine_tune = _console.either("keras-vit train --weights MODEL --dataset folder:PATH --workdir RUN",
+                                "keras_vit.training.train(TrainConfig.create('finetune', weights=MODEL, "
+                                "dataset='folder:PATH', workdir=RUN))")
+    return UserError(f"This model has no classification head (include_top=False): nothing to {command}. Fine-tune "
+                     f"it on your classes first ({fine_tune}), then {command} the run.")
+
+
 @dataclasses.dataclass
 class ModelSource:
     model: Any

@@ -35,6 +35,26 @@ def _hf_folder(root, drop):
     return str(folder)
 
 
+def _cut_short(root):
+    """An HF ViT folder whose model.safetensors lost its last bytes (an interrupted download)."""
+    folder = _hf_folder(root, drop="image_size")
+    weights = os.path.join(folder, "model.safetensors")
+    with open(weights, "rb") as f:
+        data = f.read()
+    with open(weights, "wb") as f:
+        f.write(data[:-20])
+    return folder
+
+
+def _headless(root):
+    """An HF ViTModel folder (no classifier), as keras_vit.save_pretrained writes a backbone."""
+    import keras_vit
+
+    model = keras_vit.ViT(keras_vit.get_variant("Mu/4").replace(patch_size=4), image_size=8, include_top=False)
+    keras_vit.save_pretrained(model, str(root / "backbone"))
+    return str(root / "backbone")
+
+
 def _busy_workdir(root):
     workdir = root / "busy"
     workdir.mkdir()
@@ -76,6 +96,12 @@ MISTAKES = {
     "config.json without hidden_size": (lambda t: ["predict", _hf_folder(t, "hidden_size"), "x.png"],
                                         "hidden_size"),
     "config.json without model_type": (lambda t: ["predict", _hf_folder(t, "model_type"), "x.png"], "model_type"),
+    "model.safetensors cut short": (lambda t: ["predict", _cut_short(t), "x.png"],
+                                    "model.safetensors' is damaged or cut short"),
+    "predict a model without a head": (lambda t: ["predict", _headless(t), "x.png"],
+                                       "nothing to predict. Fine-tune it on your classes first (keras-vit train"),
+    "export a model without a head": (lambda t: ["export", _headless(t), "--out", f"{t}/exp"],
+                                      "nothing to export. Fine-tune it on your classes first (keras-vit train"),
     "missing model file": (lambda t: ["predict", f"{t}/missing.keras", "x.png"], "missing.keras"),
     "export out under a file": (lambda t: ["export", f"{t}/missing.keras", "--out", f"{_a_file(t)}/exp"], "--out"),
     "export out is a mount point": (lambda t: ["export", f"{t}/missing.keras", "--out", "/"], "--out"),

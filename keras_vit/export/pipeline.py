@@ -60,6 +60,22 @@ def _raised_by_keras_vit(error) -> bool:
     return trace is not None and os.path.abspath(trace.tb_frame.f_code.co_filename).startswith(package + os.sep)
 
 
+def _formats_that_work(model, refused: str) -> str:
+    """' These formats take it: ...', naming the formats whose checks pass here, so that a refusal
+    names the way on (a distilled DeiT has no hf form, but saved_model and tflite take it)."""
+    working = []
+    for name, fmt in REGISTRY.items():
+        try:
+            if name != refused:
+                fmt.check(model)
+                working.append(name)
+        except UserError:  # MissingExtra too: not here
+            pass
+    if not working:
+        return ""
+    return f" These formats take it: {_console.argument('formats', working)}."
+
+
 class ExportFailed(CannotContinue):
     """Some artifact failed conversion or validation; `.report` says which and why."""
 
@@ -222,7 +238,7 @@ class Exporter:
                 self.say(f"{name} skipped (a default format; its packages are not installed): {error}")
                 continue
             except UserError as error:
-                raise ExportError(f"{name}: {error}") from error
+                raise ExportError(f"{name}: {error}{_formats_that_work(model, name)}") from error
             usable.append(fmt)
         if not usable:
             raise ExportError(f"None of the default formats can be written here: {'; '.join(skipped.values())}")
