@@ -116,6 +116,15 @@ def getsize(path: PathLike) -> int:
         return int(_gfile().stat(path).length)
 
 
+def getmtime(path: PathLike) -> float:
+    """When file `path` last changed, in seconds since the epoch (as os.path.getmtime)."""
+    path = os.fspath(path)
+    if not is_remote(path):
+        return os.path.getmtime(path)
+    with _os_errors(path):
+        return _gfile().stat(path).mtime_nsec / 1e9
+
+
 def listdir(path: PathLike) -> List[str]:
     """The names in folder `path` (unsorted, as os.listdir)."""
     path = os.fspath(path)

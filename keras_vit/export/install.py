@@ -93,13 +93,21 @@ def make_staging(out: str) -> Tuple[str, Optional[str]]:
     try:
         os.makedirs(parent, exist_ok=True)
         staging = tempfile.mkdtemp(prefix=_staging_prefix(out), dir=parent)
-        with open(os.path.join(staging, OWNER_FILE), "w", encoding="utf-8") as f:
-            json.dump(locks.this_process(), f)
+        _write_owner(staging)
     except OSError as error:
         discard_staging(None, made)
         raise ExportError(f"{_console.argument('out', out)} cannot be written ({error.strerror or error}): give "
                           f"a folder this user can write.") from None
     return staging, made
+
+
+def _write_owner(staging: str) -> None:
+    """OWNER_FILE, written under another name and renamed: it appears whole,
+    so another export never judges a live export by a half-written owner."""
+    tmp = os.path.join(staging, f".{OWNER_FILE}.tmp")
+    with open(tmp, "w", encoding="utf-8") as f:
+        json.dump(locks.this_process(held=True), f)
+    os.replace(tmp, os.path.join(staging, OWNER_FILE))
 
 
 def discard_staging(staging: Optional[str], made: Optional[str]) -> None:
@@ -131,13 +139,21 @@ def _staging_prefix(out: str) -> str:
 
 
 def _staging_is_stale(path: str) -> bool:
+    owner = os.path.join(path, OWNER_FILE)
     try:
-        with open(os.path.join(path, OWNER_FILE), encoding="utf-8") as f:
+        with open(owner, encoding="utf-8") as f:
             return locks.is_stale(json.load(f))
     except FileNotFoundError:  # no owner yet (being made this instant) or an older version's: by age
-        return time.time() - os.path.getmtime(path) > STALE_AFTER_S
-    except (OSError, ValueError):
-        return True
+        return _age(path) > STALE_AFTER_S
+    except (OSError, ValueError):  # unreadable: an older version's being written, or damaged
+        return _age(owner) > locks.FRESH_S
+
+
+def _age(path: str) -> float:
+    try:
+        return time.time() - os.path.getmtime(path)
+    except OSError:
+        return float("inf")
 
 
 def install(built: str, out: str) -> None:
