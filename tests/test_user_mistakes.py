@@ -5,11 +5,13 @@ or field at fault, and leaves nothing behind."""
 import json
 import os
 import socket
+import time
 
 import numpy as np
 import pytest
 
 from keras_vit import locks
+from keras_vit.errors import UserError
 from keras_vit.cli import main
 from tests.test_cli import TRAIN
 
@@ -78,7 +80,7 @@ def _unlabelled_list(root):
 # in issue #37 (4: weights, 5: config.json, 1: a busy workdir, 2: an unwritable --out).
 MISTAKES = {
     "weights name without a slash": (lambda t: [*TRAIN_2, "--weights", "dinov22", "--workdir", f"{t}/w"],
-                                     "--weights 'dinov22'"),
+                                     "--weights dinov22 does not exist"),
     "weights folder missing, patch size given": (
         lambda t: [*TRAIN_2, "--patch-size", "8", "--weights", "nothere_dir", "--workdir", f"{t}/w"], "--weights"),
     "unknown variant": (lambda t: [*TRAIN_2, "--model", "X/9", "--workdir", f"{t}/w"], "--model"),
@@ -105,6 +107,8 @@ MISTAKES = {
     "missing model file": (lambda t: ["predict", f"{t}/missing.keras", "x.png"], "missing.keras"),
     "export out under a file": (lambda t: ["export", f"{t}/missing.keras", "--out", f"{_a_file(t)}/exp"], "--out"),
     "export out is a mount point": (lambda t: ["export", f"{t}/missing.keras", "--out", "/"], "--out"),
+    "demo out under a file, found before training": (
+        lambda t: ["demo", "--steps", "1", "--workdir", f"{t}/w", "--out", f"{_a_file(t)}/exp"], "--out"),
     "inspect out under a file": (lambda t: ["inspect", f"{t}/missing.keras", "--image", "x.png", "--out",
                                             f"{_a_file(t)}/figures"], "--out"),
 }
@@ -185,6 +189,42 @@ def test_a_killed_exports_staging_folder_is_removed_by_the_next_export_of_that_t
     other = staging(".other.export-4ngu3e7k", _dead_pid())
     assert install.remove_stale_staging(str(tmp_path / "mine")) == [str(killed)]
     assert not killed.exists() and live.exists() and other.exists()
+
+
+def test_a_staging_owner_being_written_is_live_and_a_damaged_old_one_stale(tmp_path):
+    from keras_vit.export import install
+
+    fresh, old = tmp_path / ".mine.export-fresh123", tmp_path / ".mine.export-old12345"
+    for folder in (fresh, old):
+        folder.mkdir()
+        (folder / install.OWNER_FILE).write_text("")  # unparsable: being written, or left half-written
+    past = time.time() - locks.FRESH_S - 5
+    os.utime(old / install.OWNER_FILE, (past, past))
+    assert install.remove_stale_staging(str(tmp_path / "mine")) == [str(old)]
+    assert fresh.exists()
+
+
+def test_a_staging_folder_names_its_owner_whole_and_as_live(tmp_path):
+    from keras_vit.export import install
+
+    staging, _ = install.make_staging(str(tmp_path / "mine"))
+    owner = json.loads((tmp_path / staging / install.OWNER_FILE).read_text())
+    assert owner["pid"] == os.getpid() and sorted(os.listdir(staging)) == [install.OWNER_FILE]
+    assert install.remove_stale_staging(str(tmp_path / "mine")) == []  # this live export's own
+    install.discard_staging(staging, None)
+
+
+def test_a_mistyped_weights_name_from_python_is_named_in_pythons_words(tmp_path):
+    from keras_vit import training
+    from keras_vit.training.transfer import resolve_weights
+
+    with pytest.raises(UserError, match=r"^weights='dinov22' does not exist and names no checkpoint.*"
+                                        r"available_weights"):
+        resolve_weights("dinov22")
+    config = training.TrainConfig.create("scratch", dataset="mnist5k", weights=str(tmp_path / "nothere_dir"),
+                                         workdir=str(tmp_path / "w"), steps=1, strategy="default")
+    with pytest.raises(UserError, match="nothere_dir' does not exist"):
+        training.train(config)
 
 
 def test_a_class_too_small_for_a_held_out_image_is_named_not_silently_unevaluated(capsys):

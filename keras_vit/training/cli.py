@@ -198,11 +198,10 @@ def check_args(args) -> config_lib.TrainConfig:
         except UserError as error:
             raise UsageError(f"--model: {error}") from None
         _check_official_weights(args.model, args.weights)
-    # Before the model is resolved: a mistyped name would otherwise be taken for "no weights".
-    if args.weights is not None and not sources.is_checkpoint_name(args.weights) and not storage.exists(args.weights):
-        raise UsageError(f"--weights {args.weights!r} does not exist and names no checkpoint: give an official "
-                         f"checkpoint name (keras-vit variants), an .npz, a .keras file, a training workdir, a "
-                         f"checkpoint folder or hf:ORG/NAME.")
+    try:  # resolve_weights checks it too (train() from Python): here it is found before TensorFlow starts
+        sources.check_weights_exist(args.weights)
+    except UserError as error:
+        raise UsageError(str(error)) from None
     if storage.isfile(args.workdir):
         raise UsageError(f"--workdir {args.workdir!r} is a file; give a folder (it is created if missing).")
     return config

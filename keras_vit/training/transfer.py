@@ -23,7 +23,7 @@ import numpy as np
 from keras_vit import _console, model_source, runs, storage
 from keras_vit.errors import UserError
 from keras_vit.weights import checkpoint_params, load_weights
-from keras_vit.weights.sources import NAME_PREFIXES, open_checkpoint
+from keras_vit.weights.sources import NAME_PREFIXES, check_weights_exist, open_checkpoint
 from keras_vit.config import ViTConfig
 from keras_vit.model import ViT, head_layers
 
@@ -55,6 +55,7 @@ def find_vit(model) -> ViT:
 def resolve_weights(weights: Optional[str]) -> Optional[InitialWeights]:
     if weights is None:
         return None
+    check_weights_exist(weights)  # before anything else: a mistyped name would be taken for a path
     path = os.fspath(weights)
     if path.startswith(NAME_PREFIXES) or (model_source.is_checkpoint(path) and os.path.isdir(path)):
         # An HF transformers, keras-hub or timm folder or hub name ("hf:ORG/NAME"), as predict/export
