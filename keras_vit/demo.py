@@ -29,6 +29,10 @@ def add_arguments(parser):
 def run(args):
     from keras_vit import training
 
+    if not args.no_export:  # before minutes of training, not after them
+        from keras_vit.export import install
+
+        install.check_out(args.out, overwrite=True)  # the demo's own folder: a re-run replaces its export
     overrides = {"seed": args.seed}
     if args.steps is not None:
         overrides["steps"] = args.steps

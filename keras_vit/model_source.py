@@ -26,6 +26,20 @@ FORMS = ("a run folder, a .keras file, a checkpoint folder (HF transformers, ker
          "'hf:ORG/NAME', 'timm:NAME', 'kerashub:PRESET' or an official name such as 'imagenet21k:B/16'")
 
 
+def no_head_error(command: str):
+    """The UserError for a model without a classification head (a backbone checkpoint: DINOv2,
+    CLIP's vision tower, a ViTModel) given to `command` ("predict", "export"), which classifies:
+    it names the fix, fine-tuning on the user's classes, in the caller's language."""
+    from keras_vit import _console
+    from keras_vit.errors import UserError
+
+    fine_tune = _console.either("keras-vit train --weights MODEL --dataset folder:PATH --workdir RUN",
+                                "keras_vit.training.train(TrainConfig.create('finetune', weights=MODEL, "
+                                "dataset='folder:PATH', workdir=RUN))")
+    return UserError(f"This model has no classification head (include_top=False): nothing to {command}. Fine-tune "
+                     f"it on your classes first ({fine_tune}), then {command} the run.")
+
+
 @dataclasses.dataclass
 class ModelSource:
     model: Any
@@ -42,8 +56,8 @@ def open_model(source, labels=None) -> ModelSource:
     would be taken; a checkpoint that cannot be read, from_pretrained's error.
     """
     path = os.fspath(source)
-    if is_checkpoint(path):
-        from keras_vit.pretrained import from_pretrained
+    if is_checkpoint(path) or _damaged_checkpoint(path):
+        from keras_vit.pretrained import from_pretrained  # it names what is wrong with a damaged config.json
 
         model = from_pretrained(path)
         return ModelSource(model, choose_labels(model, labels), _name(path), f"checkpoint {path}")
@@ -58,6 +72,12 @@ def open_model(source, labels=None) -> ModelSource:
     model = runs.load_model(path)
     kind = "workdir" if storage.isdir(path) else "model file"
     return ModelSource(model, choose_labels(model, labels, path), _name(path), f"{kind} {path}")
+
+
+def _damaged_checkpoint(path: str) -> bool:
+    """A local folder with a config.json of no known kind, and no model.keras: a checkpoint whose config is damaged."""
+    return (not storage.is_remote(path) and os.path.isfile(os.path.join(path, "config.json"))
+            and not runs.is_run_folder(path))
 
 
 def is_checkpoint(path: str) -> bool:

@@ -116,6 +116,15 @@ def getsize(path: PathLike) -> int:
         return int(_gfile().stat(path).length)
 
 
+def getmtime(path: PathLike) -> float:
+    """When file `path` last changed, in seconds since the epoch (as os.path.getmtime)."""
+    path = os.fspath(path)
+    if not is_remote(path):
+        return os.path.getmtime(path)
+    with _os_errors(path):
+        return _gfile().stat(path).mtime_nsec / 1e9
+
+
 def listdir(path: PathLike) -> List[str]:
     """The names in folder `path` (unsorted, as os.listdir)."""
     path = os.fspath(path)
@@ -134,6 +143,30 @@ def glob(pattern: PathLike) -> List[str]:
     with contextlib.suppress(FileNotFoundError), _os_errors(pattern):
         return list(_gfile().glob(pattern))
     return []
+
+
+def unwritable(path: PathLike) -> Union[str, None]:
+    """Why folder `path` (existing or to be made) cannot be written, in a few
+    words; None when it can, as far as can be told before writing: a file on
+    the way, or a nearest existing folder this user cannot write (read-only
+    filesystem, permissions). A remote path is not asked (it fails on write)."""
+    path = os.fspath(path)
+    if is_remote(path):
+        return None
+    path = os.path.abspath(path)
+    while not os.path.exists(path) and os.path.dirname(path) != path:
+        path = os.path.dirname(path)
+    if not os.path.isdir(path):
+        return f"{path!r} is a file"
+    try:
+        read_only = bool(os.statvfs(path).f_flag & os.ST_RDONLY)
+    except (AttributeError, OSError):  # Windows has no statvfs
+        read_only = False
+    if read_only:
+        return f"{path!r} is on a read-only filesystem"
+    if not os.access(path, os.W_OK | os.X_OK):
+        return f"this user cannot write in {path!r}"
+    return None
 
 
 # --- changing ---------------------------------------------------------------------------------------------

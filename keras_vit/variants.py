@@ -11,6 +11,7 @@ of its AugReg checkpoint.
 
 from __future__ import annotations
 
+import difflib
 from typing import Dict, List
 
 from keras_vit.config import ResNetConfig, ViTConfig
@@ -110,10 +111,16 @@ def get_variant(name: str) -> ViTConfig:
     for variant, config in VARIANTS.items():
         if _normalise(variant) == wanted:
             return config
+    # A short line: the first few names, a close match if any, and where the whole list is.
+    close = difflib.get_close_matches(str(name), list(VARIANTS), n=1)
+    hint = f" (did you mean {close[0]}?)" if close else ""
     raise UserError(
-        f"Unknown ViT variant {name!r}. Known variants: {', '.join(VARIANTS)} "
-        f"(see keras_vit.list_variants())."
+        f"Unknown ViT variant {name!r}{hint}. Known variants: {', '.join(list(VARIANTS)[:_SHOWN])} and "
+        f"{len(VARIANTS) - _SHOWN} more (keras_vit.list_variants(), or `keras-vit variants`)."
     )
+
+
+_SHOWN = 10  # variant names an unknown-variant message lists
 
 
 def canonical_name(name_or_config) -> str:

@@ -75,7 +75,7 @@ def test_help_of_every_command_imports_neither_keras_nor_tensorflow():
     (["train", "--steps", "many", "--workdir", "w"], 2, r"--steps: expected an integer, got 'many'"),
     (["train"], 2, r"the following arguments are required: --workdir"),
     (["train", "--model", "Mu/4", "--weights", "no/such/run", "--workdir", "w"], 2,
-     r"--weights 'no/such/run' does not exist"),
+     r"--weights no/such/run does not exist"),
     (["train", "--recipe", "fast", "--workdir", "w"], 2, r"--recipe: invalid choice: 'fast'"),
     (["predict", "missing.keras", "a.png"], 2, r"Model file 'missing.keras' does not exist"),
     (["predict", "m.keras", "a.png", "--top", "0"], 2, r"--top: must be a positive integer"),

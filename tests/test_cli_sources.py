@@ -135,9 +135,11 @@ def test_predict_and_inspect_say_why_no_image_was_read_22_4(hf_dir, photo, tmp_p
 
     assert main(["predict", str(hf_dir), str(train), "--recursive"]) == 0
     assert capsys.readouterr().out.count("1.png") == 3
-    assert main(["predict", str(hf_dir), str(photo), str(train)]) == 0  # one read: the folder is skipped, said why
+    # One read: the folder is skipped, said why, and counted in the exit status (#37 item 10).
+    assert main(["predict", str(hf_dir), str(photo), str(train)]) == 1
     out, err = capsys.readouterr()
     assert out.startswith(str(photo)) and f"skipped {train}: no image directly inside" in err
+    assert err.strip().splitlines()[-1] == "keras-vit predict: 1 of 2 inputs failed (named above); the others were predicted."
 
 
 # --- 5. any from_pretrained source is a model ------------------------------------------------------------------

@@ -46,3 +46,14 @@ def test_onnx_refuses_the_exact_gelu_in_one_line(tmp_path):
         export(model, "onnx", str(tmp_path / "out"), verbose=False)
     message = str(error.value)
     assert "\n" not in message and "exact GELU" in message and "gelu_approximate=True" in message
+
+
+def test_a_format_that_cannot_take_the_model_names_the_formats_that_can(tmp_path):
+    """A distilled DeiT has no HF ViT form (#37 item 10: the refusal named no format that works)."""
+    pytest.importorskip("transformers")
+    deit = keras_vit.ViT(CONFIG.replace(distillation_token=True, distillation_head=True), image_size=32,
+                         num_classes=3)
+    with pytest.raises(ExportError, match=r"^hf: .*distillation token\. These formats take it: "
+                                          r"formats=\['saved_model'") as error:
+        export(deit, "hf", str(tmp_path / "out"), verbose=False)
+    assert "hf'" not in str(error.value).split("take it:")[1] and not (tmp_path / "out").exists()

@@ -79,11 +79,12 @@ def test_cli_predict_prints_top_k_and_reports_bad_files(workdir, images, capsys)
     code = main(["predict", str(workdir / "model.keras"), str(images / "a_gray.png"),
                  str(images / "e_corrupt.png"), str(images / "f_notes.txt"), "--top", "2"])
     out, err = capsys.readouterr()
-    assert code == 0
+    assert code == 1  # some inputs failed: a script must not miss it (#37)
     lines = out.splitlines()
     assert lines[0].endswith("a_gray.png") and len(lines) == 3
     assert all(line.split("  ")[-1].strip() in LABELS for line in lines[1:])
     assert "e_corrupt.png" in err and "f_notes.txt" in err  # named on stderr, not a crash
+    assert err.splitlines()[-1] == "keras-vit predict: 2 of 3 inputs failed (named above); the others were predicted."
 
 
 def test_cli_predict_json_labels_file_and_progress(workdir, images, tmp_path, capsys):
@@ -92,11 +93,11 @@ def test_cli_predict_json_labels_file_and_progress(workdir, images, tmp_path, ca
     code = main(["predict", str(workdir), str(images), "--json", "--labels", str(labels_file),
                  "--batch-size", "2", "--top", "1"])
     out, err = capsys.readouterr()
-    assert code == 0
+    assert code == 1  # e_corrupt.png failed
     rows = [json.loads(line) for line in out.splitlines()]
     assert len(rows) == 4 and all(r["labels"][0].startswith("class-") for r in rows)
     assert "predict" in err and "img" in err  # tqdm bar: 5 files in batches of 2
-    assert "e_corrupt.png" in err
+    assert "e_corrupt.png" in err and "1 of 5 inputs failed" in err
 
 
 def test_cli_predict_fails_when_nothing_is_readable(workdir, images, capsys):

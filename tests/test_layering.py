@@ -28,7 +28,7 @@ PACKAGE = os.path.join(ROOT, "keras_vit")
 LAYERS = [
     ("foundation", ["keras_vit.errors", "keras_vit._lazy", "keras_vit._console", "keras_vit._flags",
                     "keras_vit._install_check", "keras_vit.backend_guard", "keras_vit.storage",
-                    "keras_vit.config", "keras_vit.variants", "keras_vit.labels", "keras_vit.images",
+                    "keras_vit.config", "keras_vit.variants", "keras_vit.labels", "keras_vit.images", "keras_vit.locks",
                     "keras_vit.mnist5k"]),
     ("layers", ["keras_vit.layers", "keras_vit.layers.*"]),
     # Reading checkpoints into a model it is given (the constructors' weights=): below the model.

@@ -78,6 +78,9 @@ def test_the_checks_of_image_size_and_unknown_sizes_are_one_line_each():
     with pytest.raises(UserError, match=r"image_size=\(30, 30\) is not a multiple of the model's patch \(7 px\): "
                                         r"use image_size=\(28, 28\)"):
         _plan(image_size=30)
+    with pytest.raises(UserError, match=r"^the finetune recipe's default image size, 384x384, is not a multiple .*"
+                                        r"use image_size=\(378, 378\)"):  # not a quoted image_size never given (#37)
+        _plan("finetune", image_size=384)
 
     class Unknown:
         name, train_split, sizes, num_channels, num_classes, image_size = "tfrecord:x", "train", {"train": None}, 3, 2, None
@@ -119,11 +122,17 @@ def test_messages_name_flags_on_the_command_line_and_keywords_in_python(monkeypa
         _plan(batch_size=100, num_replicas=8)
     assert "accum_steps=4" in memory.ways_out(32) and "remat=True" in memory.ways_out(32)
     assert "--" not in memory.ways_out(32)
+    with pytest.raises(UserError, match=r"^the finetune recipe's default image size, 384x384, .* use "
+                                        r"image_size=\(378, 378\)\.$"):
+        _plan("finetune", image_size=384)
     monkeypatch.setattr(_console, "COMMAND_LINE", True)
     with pytest.raises(UserError, match=r"--batch-size 100 .* use --batch-size 96\.$"):
         _plan(batch_size=100, num_replicas=8)
     with pytest.raises(UserError, match=r"--image-size 30,30 is not a multiple .* use --image-size 28,28"):
         _plan(image_size=30)
+    with pytest.raises(UserError, match=r"^the finetune recipe's default image size, 384x384, is not a multiple .*"
+                                        r"use --image-size 378,378\.$"):  # not an --image-size never given (#37)
+        _plan("finetune", image_size=384)
     assert "--accum-steps 4" in memory.ways_out(32) and "--remat" in memory.ways_out(32)
 
 

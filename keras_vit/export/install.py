@@ -9,17 +9,22 @@ keras_vit.storage.writing_directory: the previous export is replaced whole
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import shutil
 import tempfile
-from typing import Optional
+import time
+from typing import List, Optional, Tuple
 
-from keras_vit import _console, storage
+from keras_vit import _console, locks, storage
 from keras_vit.export.registry import ExportError
 
 REPORT_FILE = "report.json"
 LABELS_FILE = "labels.txt"
 STAGING_PREFIX = ".export-"  # older exports staged inside `out`: an interrupted one's leftover is ignored
+OWNER_FILE = "owner.json"  # in a staging folder: the export process (host, pid) building it
+STALE_AFTER_S = 3600  # a staging folder naming no owner is a leftover once unchanged this long
 
 
 def check_out(out: str, overwrite: bool) -> bool:
@@ -31,6 +36,7 @@ def check_out(out: str, overwrite: bool) -> bool:
         where = "" if blocker == os.path.abspath(out) else f" ({blocker!r} is a file)"
         raise ExportError(f"{_console.argument('out', out)} is not a folder{where}: give a folder for the export "
                           f"(it is created if missing).")
+    _check_writable(out)
     entries = sorted(os.listdir(out)) if os.path.isdir(out) else []
     entries = [name for name in entries if not name.startswith(STAGING_PREFIX)]
     if not entries:
@@ -44,6 +50,18 @@ def check_out(out: str, overwrite: bool) -> bool:
                           f"{_console.argument('overwrite')} to replace it as a whole, or choose another "
                           f"{_console.either('--out', 'out')}.")
     return True
+
+
+def _check_writable(out: str) -> None:
+    """The export is built beside `out` and renamed into place: its parent
+    must be writable, and `out` must not be a mount point (no rename moves one)."""
+    if os.path.ismount(os.path.abspath(out)):
+        raise ExportError(f"{_console.argument('out', out)} is a mount point, which an export (replaced whole, by "
+                          f"a rename) cannot be: give a folder inside it.")
+    reason = storage.unwritable(os.path.dirname(os.path.abspath(out)))
+    if reason is not None:
+        raise ExportError(f"{_console.argument('out', out)} cannot be written ({reason}): give a folder this "
+                          f"user can write.")
 
 
 def _file_on_the_way(path) -> Optional[str]:
@@ -62,11 +80,80 @@ def next_version(model_dir: str) -> int:
     return max(versions, default=0) + 1
 
 
-def make_staging(out: str) -> str:
-    """A hidden folder beside `out` (so that installing is a rename), removed by the caller."""
+def make_staging(out: str) -> Tuple[str, Optional[str]]:
+    """A hidden folder beside `out` (so that installing is a rename), made
+    before any work (so an unwritable `out` is found first) and removed by
+    `discard_staging`. It names its owner (OWNER_FILE), so that the next
+    export of `out` can tell a killed export's leftover from a live one's.
+    Returns it and the topmost folder made for it (None if none was)."""
     parent = os.path.dirname(os.path.abspath(out))
-    os.makedirs(parent, exist_ok=True)
-    return tempfile.mkdtemp(prefix=f".{os.path.basename(os.path.abspath(out))}{STAGING_PREFIX}", dir=parent)
+    made, folder = None, parent
+    while not os.path.exists(folder) and os.path.dirname(folder) != folder:
+        made, folder = folder, os.path.dirname(folder)
+    try:
+        os.makedirs(parent, exist_ok=True)
+        staging = tempfile.mkdtemp(prefix=_staging_prefix(out), dir=parent)
+        _write_owner(staging)
+    except OSError as error:
+        discard_staging(None, made)
+        raise ExportError(f"{_console.argument('out', out)} cannot be written ({error.strerror or error}): give "
+                          f"a folder this user can write.") from None
+    return staging, made
+
+
+def _write_owner(staging: str) -> None:
+    """OWNER_FILE, written under another name and renamed: it appears whole,
+    so another export never judges a live export by a half-written owner."""
+    tmp = os.path.join(staging, f".{OWNER_FILE}.tmp")
+    with open(tmp, "w", encoding="utf-8") as f:
+        json.dump(locks.this_process(held=True), f)
+    os.replace(tmp, os.path.join(staging, OWNER_FILE))
+
+
+def discard_staging(staging: Optional[str], made: Optional[str]) -> None:
+    """Removes `staging`, and the folders make_staging made (`made` and below) if nothing else went there."""
+    if staging:
+        shutil.rmtree(staging, ignore_errors=True)
+    if made and os.path.isdir(made) and not any(files for _, _, files in os.walk(made)):
+        shutil.rmtree(made, ignore_errors=True)
+
+
+def remove_stale_staging(out: str) -> List[str]:
+    """Removes the staging folders of earlier exports of `out` that were killed
+    (kill -9, a crash): those whose owner process is gone, or that name no
+    owner (older versions) and have not changed for STALE_AFTER_S seconds.
+    Another target's, and a live export's, are left alone. Returns the removed."""
+    parent = os.path.dirname(os.path.abspath(out))
+    pattern = re.compile(re.escape(_staging_prefix(out)) + r"[a-z0-9_]{8}$")
+    removed = []
+    for name in sorted(os.listdir(parent)) if os.path.isdir(parent) else []:
+        path = os.path.join(parent, name)
+        if pattern.match(name) and os.path.isdir(path) and _staging_is_stale(path):
+            shutil.rmtree(path, ignore_errors=True)
+            removed.append(path)
+    return removed
+
+
+def _staging_prefix(out: str) -> str:
+    return f".{os.path.basename(os.path.abspath(out))}{STAGING_PREFIX}"
+
+
+def _staging_is_stale(path: str) -> bool:
+    owner = os.path.join(path, OWNER_FILE)
+    try:
+        with open(owner, encoding="utf-8") as f:
+            return locks.is_stale(json.load(f))
+    except FileNotFoundError:  # no owner yet (being made this instant) or an older version's: by age
+        return _age(path) > STALE_AFTER_S
+    except (OSError, ValueError):  # unreadable: an older version's being written, or damaged
+        return _age(owner) > locks.FRESH_S
+
+
+def _age(path: str) -> float:
+    try:
+        return time.time() - os.path.getmtime(path)
+    except OSError:
+        return float("inf")
 
 
 def install(built: str, out: str) -> None:

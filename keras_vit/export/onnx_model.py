@@ -20,9 +20,9 @@ def check(model):
     config = getattr(model, "config", None)
     # Only the exact GELU needs Erf (quick GELU and SwiGLU are sigmoids; the MAP head's MLP is the blocks').
     if config is not None and getattr(config, "mlp_activation", "gelu") == "gelu" and not config.gelu_approximate:
-        raise UserError(f"{model.name} uses the exact GELU (gelu_approximate=False, as HF/timm/keras-hub "
-                         f"checkpoints do), which tf2onnx cannot convert (no Erfc); export saved_model, tflite or "
-                         f"hf, or rebuild with gelu_approximate=True (outputs change slightly).")
+        raise UserError(f"{model.name} uses the exact GELU (gelu_approximate=False), which tf2onnx cannot convert "
+                         f"(no Erfc): rebuild with gelu_approximate=True (outputs change slightly), or export another "
+                         f"format.")
     if model.count_params() * 4 >= PROTOBUF_LIMIT:
         raise UserError(f"{model.name} has {model.count_params():,} float32 parameters, over the 2 GiB an ONNX "
                          f"protobuf holds (tf2onnx's large_model zip format is not supported here).")

@@ -26,7 +26,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import shutil
 import time
 from typing import Any, Dict, List, Optional
 
@@ -59,6 +58,22 @@ def _raised_by_keras_vit(error) -> bool:
         trace = trace.tb_next
     package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     return trace is not None and os.path.abspath(trace.tb_frame.f_code.co_filename).startswith(package + os.sep)
+
+
+def _formats_that_work(model, refused: str) -> str:
+    """' These formats take it: ...', naming the formats whose checks pass here, so that a refusal
+    names the way on (a distilled DeiT has no hf form, but saved_model and tflite take it)."""
+    working = []
+    for name, fmt in REGISTRY.items():
+        try:
+            if name != refused:
+                fmt.check(model)
+                working.append(name)
+        except UserError:  # MissingExtra too: not here
+            pass
+    if not working:
+        return ""
+    return f" These formats take it: {_console.argument('formats', working)}."
 
 
 class ExportFailed(CannotContinue):
@@ -174,21 +189,24 @@ class Exporter:
         from keras_vit.export import report as report_lib
 
         replacing = install_lib.check_out(self.out, self.overwrite)
-        src = self.resolve(model_or_path, **source)
-        formats, skipped = self.usable_formats(src.model)
-        data = self.load_data(src.model, formats)
-        self.announce(src, data)
-        keras_row = self.measure_keras(src.model, model_or_path, data)
-        version = self.saved_model_version(src.name)
-        staging = install_lib.make_staging(self.out)  # beside `out`: installing is a rename
+        for leftover in install_lib.remove_stale_staging(self.out):
+            self.say(f"removed {leftover} (the staging folder of an export that was killed)")
+        # Beside `out` (installing is a rename), and before any work: it proves `out` can be written.
+        staging, made = install_lib.make_staging(self.out)
         try:
+            src = self.resolve(model_or_path, **source)
+            formats, skipped = self.usable_formats(src.model)
+            data = self.load_data(src.model, formats)
+            self.announce(src, data)
+            keras_row = self.measure_keras(src.model, model_or_path, data)
+            version = self.saved_model_version(src.name)
             built = os.path.join(staging, "export")  # the new export, as `out` will hold it
             rows = self.build_all(formats, src, data, version, built, os.path.join(staging, "scratch"))
             report = self.report(src, formats, data, version, keras_row, rows, skipped, replacing)
             if report["report_path"] is not None:
                 self.install(report, src, built)
         finally:
-            shutil.rmtree(staging, ignore_errors=True)
+            install_lib.discard_staging(staging, made)
         if self.verbose:
             report_lib.print_table(report)
         return report
@@ -220,7 +238,7 @@ class Exporter:
                 self.say(f"{name} skipped (a default format; its packages are not installed): {error}")
                 continue
             except UserError as error:
-                raise ExportError(f"{name}: {error}") from error
+                raise ExportError(f"{name}: {error}{_formats_that_work(model, name)}") from error
             usable.append(fmt)
         if not usable:
             raise ExportError(f"None of the default formats can be written here: {'; '.join(skipped.values())}")

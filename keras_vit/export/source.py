@@ -101,9 +101,13 @@ def _check_model(model):
     if len(shape) != 4 or (any(d is None for d in shape[1:]) and not any_size):
         raise UserError(f"Export needs a fixed input size (batch, height, width, channels); {model.name} takes "
                          f"{shape}.")
-    if len(model.outputs[0].shape) != 2 or getattr(model, "include_top", True) is False:
+    if getattr(model, "include_top", True) is False:
+        from keras_vit.model_source import no_head_error
+
+        raise no_head_error("export")
+    if len(model.outputs[0].shape) != 2:
         raise UserError(f"Export needs class scores (batch, classes); {model.name} returns "
-                         f"{tuple(model.outputs[0].shape)} (was it built with include_top=False?).")
+                         f"{tuple(model.outputs[0].shape)}.")
 
 
 def _safe_name(name: str) -> str:

@@ -16,6 +16,7 @@ import dataclasses
 import os
 import sys
 
+from keras_vit import storage
 from keras_vit._flags import UsageError, image_size, positive_int
 from keras_vit.inspection.cli_predict import MODEL_HELP
 
@@ -48,6 +49,9 @@ def run(args):
     from keras_vit.model_source import open_model, resized
 
     require_matplotlib()  # before anything is read or any folder made
+    unwritable = storage.unwritable(args.out)
+    if unwritable is not None:  # found before the model is loaded, not after the figures are drawn
+        raise UsageError(f"--out {args.out!r} cannot be written ({unwritable}): give a folder this user can write.")
     source = open_model(args.model, args.labels)
     if getattr(source.model, "dynamic_image_size", False) or args.image_size is not None:
         # Figures read one grid: a fixed model at the size asked (or the one a dynamic model was built for).

@@ -1,8 +1,10 @@
 """`keras-vit predict MODEL IMAGE... [--top K]`: top-k labels for image files or folders.
 
 Unreadable files, and folders giving no image, are reported on stderr by name
-and skipped. Exit status: 0 when at least one image was predicted; 2, with
-one error line saying why for each input, when none could be read.
+and skipped. Exit status: 0 when every image was predicted; 1 when some
+inputs failed (the others are printed, then a line says how many failed, so
+a script cannot miss it); 2, with one error line saying why for each input,
+when none could be read.
 """
 
 from __future__ import annotations
@@ -69,4 +71,8 @@ def run(args):
             print(f"  {p:7.4f}  {label}")
     for path, reason in failures:
         print(f"keras-vit predict: skipped {path}: {reason}", file=sys.stderr)
+    if failures:
+        print(f"keras-vit predict: {len(failures)} of {len(failures) + len(predictions)} inputs failed (named "
+              f"above); the others were predicted.", file=sys.stderr)
+        return 1
     return 0

@@ -51,14 +51,11 @@ def to_probabilities(model, outputs):
 def check_classifies(model):
     """Raises a UserError naming the way on when `model` has no classification head
     (a backbone checkpoint: DINOv2, CLIP's vision tower, a ViTModel)."""
+    from keras_vit.model_source import no_head_error
+
     if getattr(model, "include_top", True) and getattr(model, "num_classes", 1) is not None:
         return
-    fine_tune = _console.either("keras-vit train --weights MODEL --dataset folder:PATH --workdir RUN",
-                                "keras_vit.training.train(TrainConfig.create('finetune', weights=MODEL, "
-                                "dataset='folder:PATH', workdir=RUN))")
-    raise UserError("This model has no classification head (include_top=False): "
-                    f"nothing to predict. Fine-tune it on your classes first ({fine_tune}), then predict with "
-                    f"the run.")
+    raise no_head_error("predict")
 
 
 @dataclasses.dataclass

@@ -28,6 +28,19 @@ FORMAT = 1
 _NAME = re.compile(r"ckpt-(\d+)\.npz$")
 
 
+def _differences(prefix: str, saved: dict, wanted: dict) -> list:
+    """"key: checkpoint A, this run B" for each differing key, nested dicts (the
+    model's config) by their differing keys only, so the line shows the difference."""
+    found = []
+    for key in sorted(set(saved) | set(wanted)):
+        a, b = saved.get(key), wanted.get(key)
+        if isinstance(a, dict) and isinstance(b, dict):
+            found += _differences(f"{prefix}{key}.", a, b)
+        elif a != b:
+            found.append(f"{prefix}{key}: checkpoint {a!r}, this run {b!r}")
+    return found
+
+
 class IncompatibleCheckpointError(UserError):
     """The workdir holds checkpoints of a different run."""
 
@@ -158,9 +171,7 @@ class CheckpointManager:
         if meta.get("format") != FORMAT:
             problems.append(f"checkpoint format {meta.get('format')} (this trainer writes {FORMAT})")
         saved = _with_config_defaults(meta.get("fingerprint", {}))
-        for key in sorted(set(saved) | set(self.fingerprint)):
-            if saved.get(key) != self.fingerprint.get(key):
-                problems.append(f"{key}: checkpoint {saved.get(key)!r}, this run {self.fingerprint.get(key)!r}")
+        problems += _differences("", saved, self.fingerprint)
         if not problems:
             for kind, variables in (("model", model.variables), ("optimizer", optimizer.variables)):
                 # By name, shape and dtype: q, k and v kernels share a shape, never a name.

@@ -150,7 +150,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     run.add_argument("--task", default="classification",
                      help="what is learned: classification | masked_patch (keras_vit.training.tasks.TASKS; "
                           "default: classification, or the recipe's task: --recipe masked_patch picks masked_patch)")
-    run.add_argument("--no-progress", dest="progress", action="store_false")
+    run.add_argument("--no-progress", dest="progress", action="store_false",
+                     help="no progress bars (for logs and CI); what runs and the evaluations are still printed")
     data = parser.add_argument_group("data checks")
     data.add_argument("--strict-data", action="store_true",
                       help="stop on an image file that cannot be decoded (default: name it in a warning, leave it out)")
@@ -180,8 +181,6 @@ def config_from_args(args) -> config_lib.TrainConfig:
 def check_args(args) -> config_lib.TrainConfig:
     """The config, after the checks that need neither TensorFlow nor data: a
     bad value or name is a UsageError naming the flag and the fix."""
-    import os
-
     from keras_vit import storage
     from keras_vit.weights import sources
     from keras_vit.variants import get_variant
@@ -199,10 +198,10 @@ def check_args(args) -> config_lib.TrainConfig:
         except UserError as error:
             raise UsageError(f"--model: {error}") from None
         _check_official_weights(args.model, args.weights)
-    if args.weights is not None and (os.sep in args.weights or args.weights.endswith((".npz", ".keras"))) \
-            and not args.weights.startswith(sources.NAME_PREFIXES) and not storage.exists(args.weights):
-        raise UsageError(f"--weights {args.weights!r} does not exist: give an official checkpoint name, an .npz, "
-                         f"a .keras file, a training workdir, a checkpoint folder or hf:ORG/NAME.")
+    try:  # resolve_weights checks it too (train() from Python): here it is found before TensorFlow starts
+        sources.check_weights_exist(args.weights)
+    except UserError as error:
+        raise UsageError(str(error)) from None
     if storage.isfile(args.workdir):
         raise UsageError(f"--workdir {args.workdir!r} is a file; give a folder (it is created if missing).")
     return config

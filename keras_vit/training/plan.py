@@ -30,7 +30,7 @@ from typing import Optional, Tuple
 from keras_vit import _console
 from keras_vit.config import ViTConfig
 from keras_vit.errors import UserError
-from keras_vit.training.config import TrainConfig, with_aug_level
+from keras_vit.training.config import RECIPES, TrainConfig, with_aug_level
 
 # train_augment -> its geometric ops, in order (every image ends at the plan's size).
 GEOMETRY = {
@@ -121,7 +121,7 @@ def resolve(config: TrainConfig, source, model_config: ViTConfig, num_replicas: 
     warmup_steps = _warmup_steps(recipe, train_size, source.name)
     recipe = dataclasses.replace(recipe, steps=steps, warmup_steps=warmup_steps)
     image_size = _image_size(recipe, source)
-    _check_patch_grid(image_size, model_config)
+    _check_patch_grid(image_size, model_config, _size_origin(config.recipe, source))
     per_replica = global_batch // num_replicas
     micro = per_replica // config.accum_steps
     warnings = _warnings(recipe, train_size)
@@ -228,12 +228,22 @@ def _image_size(recipe, source) -> Tuple[int, int]:
     return (size, size) if isinstance(size, int) else tuple(int(s) for s in size)
 
 
-def _check_patch_grid(image_size, model_config):
+def _size_origin(recipe, source) -> Optional[str]:
+    """Where an image size the user did not give comes from (None: the user gave it), so that
+    a refusal does not quote --image-size back to a user who never typed it."""
+    if recipe.image_size is None:
+        return f"{source.name}'s image size"
+    default = getattr(RECIPES.get(recipe.name), "image_size", None)
+    return f"the {recipe.name} recipe's default image size" if recipe.image_size == default else None
+
+
+def _check_patch_grid(image_size, model_config, origin=None):
     stride = model_config.total_stride
     if any(side % stride for side in image_size):
         fitting = tuple(max(stride, side // stride * stride) for side in image_size)
-        raise UserError(f"{arg('image_size', tuple(image_size))} is not a multiple of the model's patch "
-                        f"({stride} px): use {arg('image_size', fitting)}.")
+        given = arg("image_size", tuple(image_size)) if origin is None else f"{origin}, {'x'.join(map(str, image_size))},"
+        raise UserError(f"{given} is not a multiple of the model's patch ({stride} px): use "
+                        f"{arg('image_size', fitting)}.")
 
 
 def _eval_batch(batch, replicas):

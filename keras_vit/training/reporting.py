@@ -31,36 +31,46 @@ def write_scalars(writer, step: int, scalars: dict) -> None:
 class Throughput:
     """Images per second over the loops after the first (which compiles), to
     the end of the latest loop: what follows it (evaluation, saving) is not
-    training time."""
+    training time. A session of one loop (a short run) gets that loop's rate,
+    compilation included (a lower bound), rather than none."""
 
     def __init__(self):
         self.start: Optional[float] = None
         self.end: Optional[float] = None
         self.images = 0
+        self.first_began: Optional[float] = None
+        self.first_images = 0
+
+    def loop_begins(self) -> None:
+        if self.first_began is None:
+            self.first_began = time.time()
 
     def loop_done(self, images: int) -> None:
         self.end = time.time()
         if self.start is None:
-            self.start = self.end
+            self.start, self.first_images = self.end, images
         else:
             self.images += images
 
     def images_per_sec(self) -> Optional[float]:
-        if not self.images:
-            return None
-        return self.images / max(1e-9, self.end - self.start)
+        if self.images:
+            return self.images / max(1e-9, self.end - self.start)
+        if self.first_images and self.first_began is not None:
+            return self.first_images / max(1e-9, self.end - self.first_began)
+        return None
 
 
 class Report:
-    """The chief's progress bar (with its opening line), TensorBoard scalars
-    and evaluation lines; silent on other workers and with progress off."""
+    """The chief's opening lines, progress bar, TensorBoard scalars and
+    evaluation lines; silent on other workers. Progress off (--no-progress)
+    hides the bar only: what runs and the evaluations are still said."""
 
     def __init__(self, plan, chief, step, model, source, strategy):
         from tqdm.auto import tqdm
 
         config = plan.config
-        enabled = chief and config.progress
-        if enabled:
+        self.chief = chief
+        if chief:
             params = sum(int(np.prod(v.shape)) for v in model.trainable_variables)
             print(f"keras-vit train: {model.name} ({params:,} parameters) at {plan.image_size}, "
                   f"recipe {plan.recipe.name}, {source.name} ({plan.num_classes} classes, "
@@ -68,7 +78,7 @@ class Report:
                   f"batch {plan.global_batch} (accum {plan.accum_steps}), {plan.precision}"
                   + (f", resuming at step {step}" if step else ""), flush=True)
             print(f"keras-vit train: plan: {describe(plan)}", flush=True)
-        self.bar = tqdm(total=plan.steps, initial=step, disable=not enabled, unit="step",
+        self.bar = tqdm(total=plan.steps, initial=step, disable=not (chief and config.progress), unit="step",
                         dynamic_ncols=True, mininterval=1.0)
         self.writer = tf.summary.create_file_writer(runs.tensorboard_dir(config.workdir)) if chief else None
 
@@ -82,10 +92,14 @@ class Report:
         self.bar.update(steps)
 
     def eval(self, step, result) -> None:
-        if not self.bar.disable:
+        if self.chief:
             top5 = f"  top-5 {result['top5']:.4f}" if "top5" in result else ""
-            self.bar.write(f"step {step}: eval top-1 {result['accuracy']:.4f}{top5}  "
-                           f"loss {result['loss']:.4f}  ({result['num_examples']} examples)")
+            line = (f"step {step}: eval top-1 {result['accuracy']:.4f}{top5}  "
+                    f"loss {result['loss']:.4f}  ({result['num_examples']} examples)")
+            if self.bar.disable:
+                print(line, flush=True)
+            else:
+                self.bar.write(line)  # above the bar
         self._scalars(step, {f"eval/{k}": result[k] for k in ("accuracy", "top5", "loss") if k in result})
 
     def close(self) -> None:

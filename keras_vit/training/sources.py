@@ -218,6 +218,11 @@ def _held_out(files_by_class):
              for c, fs in files_by_class.items()}
     held = {c: [f for i, f in enumerate(fs) if i % HELD_OUT_EVERY == HELD_OUT_EVERY - 1]
             for c, fs in files_by_class.items()}
+    unseen = [f"{c} ({len(fs)})" for c, fs in files_by_class.items() if fs and not held[c]]
+    if unseen:  # said, not silent: the evaluation's top-1 would leave these classes out
+        warn(f"{len(unseen)} class(es) have fewer than {HELD_OUT_EVERY} images, so none is held out and they are "
+             f"not evaluated: {', '.join(unseen[:5])}{' ...' if len(unseen) > 5 else ''}. Add images, or give an "
+             f"evaluation split of your own (list:TRAIN.csv,EVAL.csv, or a folder with train/ and val/).")
     return train, held
 
 
@@ -327,11 +332,11 @@ def _read_list(path):
         raise UserError(f"list:{path}: no such file (a CSV or JSON list of image path, label).")
     with io.StringIO(storage.read_text(path)) as f:
         if path.lower().endswith(".json"):
-            rows = json.load(f)
-            rows = [(r["path"], r["label"]) if isinstance(r, dict) else tuple(r) for r in rows]
-        else:
-            rows = [tuple(r) for r in csv.reader(f) if r and any(cell.strip() for cell in r)]
-            if rows and rows[0][0].strip().lower() in ("path", "file", "filename", "image"):
+            rows = [(n, r) for n, r in enumerate(json.load(f), 1)]
+        else:  # numbered by line, as an editor shows them
+            reader = csv.reader(f)
+            rows = [(reader.line_num, r) for r in reader if r and any(cell.strip() for cell in r)]
+            if rows and rows[0][1][0].strip().lower() in ("path", "file", "filename", "image"):
                 rows = rows[1:]
     base = storage.dirname(storage.abspath(path))
 
@@ -339,10 +344,18 @@ def _read_list(path):
         p = str(p).strip()
         return p if storage.is_remote(p) or os.path.isabs(p) else storage.join(base, p)
 
-    try:
-        return [(located(p), str(label).strip()) for p, label in rows]
-    except ValueError:
-        raise UserError(f"list:{path}: every row must be (path, label).") from None
+    return [(located(p), label) for p, label in (_list_row(path, n, r) for n, r in rows)]
+
+
+def _list_row(path, number, row):
+    """(path, label) of one row; a row without both names itself (a label left out is silent otherwise)."""
+    kind = "entry" if path.lower().endswith(".json") else "line"
+    cells = (row.get("path"), row.get("label")) if isinstance(row, dict) else tuple(row)
+    if len(cells) != 2 or any(cell is None or not str(cell).strip() for cell in cells):
+        shown = ",".join(map(str, row.values() if isinstance(row, dict) else row))
+        raise UserError(f"list:{path}: {kind} {number} ({shown[:60]!r}) is not (image path, label): give every "
+                        f"row an image path and its label.")
+    return cells[0], str(cells[1]).strip()
 
 
 def _list_classes(labels):

@@ -24,7 +24,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from keras_vit import _console, runs, storage
+from keras_vit import _console, locks, runs, storage
 from keras_vit.errors import CannotContinue, UserError
 from keras_vit.model import fuse_gelu, rematerialize_blocks
 from keras_vit.training import data as data_lib
@@ -109,14 +109,18 @@ class Trainer:
     # --- set-up -------------------------------------------------------------------------
 
     def run(self) -> dict:
-        """build, restore, fit, finish; the recorded results of a finished run as they are."""
+        """build, restore, fit, finish, holding the workdir's lock (WorkdirBusy if
+        another run holds it); the recorded results of a finished run as they are."""
         self.started = time.time()
-        self.build()
-        if self.restore():
-            return self.already_finished()
-        self.start_session()
-        self.fit()
-        return self.finish()
+        # One writer per workdir, locked before anything is read or written (the
+        # chief alone in a multi-worker run: its workers are that one writer).
+        with locks.held(self.config.workdir, locks.writer_role(self.config.strategy)):
+            self.build()
+            if self.restore():
+                return self.already_finished()
+            self.start_session()
+            self.fit()
+            return self.finish()
 
     def build(self) -> None:
         """Strategy, data, the run's plan, model, optimizer, compiled steps, checkpoint manager."""
@@ -222,7 +226,9 @@ class Trainer:
         self.resumed = restored is not None
         if restored is None:
             if self.initial is not None:
-                apply_weights(self.model, self.initial)
+                note = apply_weights(self.model, self.initial)
+                if note and self.chief:
+                    print(f"keras-vit train: {note}", flush=True)
         else:
             self.step, self.examples_seen = restored
         self._check_same_step()
@@ -342,6 +348,7 @@ class Trainer:
 
     def run_loop(self, num_steps: int) -> List[dict]:
         """`num_steps` optimizer steps on the device, one host read; -> their logs."""
+        self.timer.loop_begins()
         table = self._on_device(self.steps.run_loop, self.train_iterator, tf.constant(num_steps, tf.int32)).numpy()
         self.timer.loop_done(num_steps * self.recipe.batch_size)
         logs = [self._step_logs(row) for row in table]

@@ -12,7 +12,9 @@ embedding is resized to the new grid.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import logging
 import os
 from typing import Optional, Union
 
@@ -21,7 +23,7 @@ import numpy as np
 from keras_vit import _console, model_source, runs, storage
 from keras_vit.errors import UserError
 from keras_vit.weights import checkpoint_params, load_weights
-from keras_vit.weights.sources import NAME_PREFIXES, open_checkpoint
+from keras_vit.weights.sources import NAME_PREFIXES, check_weights_exist, open_checkpoint
 from keras_vit.config import ViTConfig
 from keras_vit.model import ViT, head_layers
 
@@ -35,6 +37,7 @@ class InitialWeights:
     source_config: Optional[ViTConfig] = None
     num_channels: int = 3
     description: str = ""
+    dropped_head: Optional[int] = None  # classes of the head the weights had, left out on purpose
 
 
 def find_vit(model) -> ViT:
@@ -52,18 +55,22 @@ def find_vit(model) -> ViT:
 def resolve_weights(weights: Optional[str]) -> Optional[InitialWeights]:
     if weights is None:
         return None
+    check_weights_exist(weights)  # before anything else: a mistyped name would be taken for a path
     path = os.fspath(weights)
     if path.startswith(NAME_PREFIXES) or (model_source.is_checkpoint(path) and os.path.isdir(path)):
         # An HF transformers, keras-hub or timm folder or hub name ("hf:ORG/NAME"), as predict/export
         # take it: its architecture too.
         checkpoint = open_checkpoint(path)
-        return InitialWeights(_encoder(checkpoint.params), checkpoint.config, checkpoint.num_channels, f"checkpoint {path}")
+        return InitialWeights(_encoder(checkpoint.params), checkpoint.config, checkpoint.num_channels, f"checkpoint {path}",
+                              _head_classes(checkpoint.params))
     if storage.isdir(path) or path.endswith(".keras"):
         try:
             source = find_vit(runs.load_model(path))
         except runs.ModelFileError as error:
             raise UserError(f"{_console.either('--weights', 'weights')}: {error}") from None
-        return InitialWeights(_encoder(checkpoint_params(source)), source.config, source.num_channels, f"encoder of {runs.model_path(path)}")
+        params = checkpoint_params(source)
+        return InitialWeights(_encoder(params), source.config, source.num_channels,
+                              f"encoder of {runs.model_path(path)}", _head_classes(params))
     return InitialWeights(path, None, 3, path)
 
 
@@ -79,16 +86,42 @@ def _encoder(params: dict) -> dict:
     return {k: v for k, v in params.items() if not k.startswith(HEAD_PREFIXES)}
 
 
-def apply_weights(model, initial: InitialWeights) -> None:
+def _head_classes(params: dict) -> Optional[int]:
+    kernel = params.get("head/kernel")
+    return None if kernel is None else int(kernel.shape[-1])
+
+
+def apply_weights(model, initial: InitialWeights) -> Optional[str]:
     """Loads the initial weights into the run's model. A head the weights do
     not provide (dropped by `_encoder`, or of another class count) keeps the
     values the task built it with (the sigmoid loss's -log(classes) bias),
-    where the loader would leave zeros."""
+    where the loader would leave zeros. Returns a sentence saying that the
+    weights' head was dropped, when it was (None otherwise)."""
     vit = find_vit(model)  # the run's model may wrap it (masked patch prediction)
     heads = head_layers(vit)
     built = [[np.array(w) for w in layer.get_weights()] for layer in heads]
-    load_weights(vit, initial.weights)
+    with _no_missing_head_warning(initial.dropped_head is not None):
+        load_weights(vit, initial.weights)
     for layer, values in zip(heads, built):
         if all(not np.any(w) for w in layer.get_weights()):  # zeros: no head came from the checkpoint
             layer.set_weights(values)
+    if initial.dropped_head is None:
+        return None
+    return (f"the head of the weights ({initial.dropped_head} classes) was dropped: the run's head "
+            f"({vit.num_classes} classes) starts anew (fine-tuning).")
+
+
+@contextlib.contextmanager
+def _no_missing_head_warning(active: bool):
+    """Hides the loader's "the checkpoint has no head" while the head was left out on purpose."""
+    def keep(record):
+        return not str(record.msg).startswith("keras_vit: the checkpoint has %s")
+
+    logger = logging.getLogger("keras_vit")
+    if active:
+        logger.addFilter(keep)
+    try:
+        yield
+    finally:
+        logger.removeFilter(keep)
 

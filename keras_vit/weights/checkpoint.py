@@ -65,9 +65,11 @@ def read_safetensors(path) -> Dict[str, np.ndarray]:
                            "pip install safetensors") from error
     try:
         return {k: np.asarray(v) for k, v in load_file(os.fspath(path)).items()}
-    except Exception as error:  # safetensors raises its own SafetensorError, or OSError
-        raise UserError(f"{os.fspath(path)!r} is not a readable .safetensors file "
-                        f"({type(error).__name__}: {error}).") from error
+    except OSError as error:
+        raise UserError(f"{os.fspath(path)!r} is not a readable .safetensors file ({error}).") from error
+    except Exception as error:  # safetensors' own SafetensorError: the bytes are wrong, the fix is a new copy
+        raise UserError(f"{os.fspath(path)!r} is damaged or cut short, as an interrupted download or copy leaves "
+                        f"it ({type(error).__name__}: {error}): download or copy it again.") from error
 
 
 def write_safetensors(tensors: Dict[str, np.ndarray], path) -> None:

@@ -67,6 +67,9 @@ def is_hf_directory(path) -> bool:
         return False
 
 
+_SIZE_FIELDS = ("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size")
+
+
 def config_from_hf(hf: dict, has_pooler: bool, where: str) -> ViTConfig:
     model_type = hf.get("model_type")
     if model_type in _OTHER_MODELS:
@@ -83,13 +86,18 @@ def config_from_hf(hf: dict, has_pooler: bool, where: str) -> ViTConfig:
                         f"biases, so this layout cannot be expressed.")
     if has_pooler and hf.get("pooler_act", "tanh") != "tanh":
         raise UserError(f"{where} has pooler_act={hf['pooler_act']!r}; keras-vit's representation layer is tanh.")
-    hidden = int(hf.get("hidden_size", 768))
+    # Sizes are never left to defaults: transformers writes them all, so a missing one is a damaged file.
+    missing = [k for k in _SIZE_FIELDS if k not in hf]
+    if missing:
+        raise UserError(f"{where}: config.json has no {', '.join(missing)} (transformers writes every size): "
+                        f"the file is damaged; restore it from the original checkpoint.")
+    hidden = int(hf["hidden_size"])
     return ViTConfig(
         patch_size=int(hf.get("patch_size", 16)),
         hidden_size=hidden,
-        mlp_dim=int(hf.get("intermediate_size", 3072)),
-        num_heads=int(hf.get("num_attention_heads", 12)),
-        num_layers=int(hf.get("num_hidden_layers", 12)),
+        mlp_dim=int(hf["intermediate_size"]),
+        num_heads=int(hf["num_attention_heads"]),
+        num_layers=int(hf["num_hidden_layers"]),
         classifier="token",
         representation_size=int(hf.get("pooler_output_size") or hidden) if has_pooler else None,
         layer_norm_epsilon=float(hf.get("layer_norm_eps", 1e-12)),

@@ -123,6 +123,20 @@ def is_checkpoint_name(text) -> bool:
     return text.startswith(NAME_PREFIXES) or text.split(":", 1)[0] in hub.CHECKPOINTS
 
 
+def check_weights_exist(weights) -> None:
+    """Refuses initial weights that name no checkpoint and do not exist ('dinov22', a
+    mistyped folder): found where the weights are resolved, they would otherwise
+    be taken for a file or "no weights" and fail later, naming something else."""
+    from keras_vit import _console, storage
+
+    if weights is None or isinstance(weights, Mapping) or is_checkpoint_name(weights) or storage.exists(weights):
+        return
+    names = _console.either("keras-vit variants", "keras_vit.available_weights()")
+    raise UserError(f"{_console.argument('weights', os.fspath(weights))} does not exist and names no checkpoint: give "
+                    f"an official checkpoint name ({names}), an .npz, a .keras file, a training workdir, a "
+                    f"checkpoint folder or hf:ORG/NAME.")
+
+
 def directory_kind(directory) -> Optional[str]:
     """"hf", "kerashub" or "timm" for a checkpoint directory of that kind (by its
     config.json), else None."""
@@ -157,6 +171,10 @@ def _open_directory(directory) -> Checkpoint:
     for name in ("pytorch_model.bin", "model.pt", "model.pth"):
         if os.path.isfile(os.path.join(directory, name)):
             refuse_pickle(os.path.join(directory, name))
+    if os.path.isfile(os.path.join(directory, "config.json")):  # there, but naming no kind: damaged or foreign
+        raise UserError(
+            f"{directory!r} has a config.json without model_type (HF transformers), 'architecture' (timm) or a "
+            f"keras_hub class (keras-hub): if it is a checkpoint, its config.json is damaged; restore it.")
     raise UserError(
         f"{directory!r} is not a checkpoint directory keras-vit recognises: expected an HF transformers ViT "
         f"(config.json with model_type + model.safetensors), a keras-hub preset (config.json + "
