@@ -66,15 +66,36 @@ BREAKAGES = {
 }
 
 
-@pytest.mark.parametrize("breakage", sorted(BREAKAGES))
-def test_the_strict_build_fails_on(breakage, tmp_path):
+# mkdocs reports every broken link, anchor, image and orphan page of a build, so those four
+# share one build; a `:::` reference that does not resolve stops the build at once, so it has
+# its own. Two builds instead of five, each breakage still named in the output.
+ABORTS_THE_BUILD = {"a reference to an object that does not exist"}
+
+
+def _broken_build(tmp_path, breakages):
     site = _copy_of_the_site(tmp_path)
-    path, text, named = BREAKAGES[breakage]
-    with open(site / path, "a", encoding="utf-8") as f:
-        f.write(text)
-    code, output = _build(str(site / "mkdocs.yml"), tmp_path / "out")
+    for breakage in breakages:
+        path, text, _ = BREAKAGES[breakage]
+        with open(site / path, "a", encoding="utf-8") as f:
+            f.write(text)
+    return _build(str(site / "mkdocs.yml"), tmp_path / "out")
+
+
+@pytest.fixture(scope="module")
+def broken_builds(tmp_path_factory):
+    """{breakage: (exit code, output)} of the two builds holding every breakage."""
+    reported = {}
+    for group in (sorted(set(BREAKAGES) - ABORTS_THE_BUILD), sorted(ABORTS_THE_BUILD)):
+        result = _broken_build(tmp_path_factory.mktemp("broken"), group)
+        reported.update({breakage: result for breakage in group})
+    return reported
+
+
+@pytest.mark.parametrize("breakage", sorted(BREAKAGES))
+def test_the_strict_build_fails_on(breakage, broken_builds):
+    code, output = broken_builds[breakage]
     assert code != 0, output[-2000:]
-    assert named in output, output[-2000:]
+    assert BREAKAGES[breakage][2] in output, output[-2000:]
 
 
 def _references():
