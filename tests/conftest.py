@@ -34,32 +34,6 @@ def _rss_mb():
         return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
 
 
-def _return_freed_memory_to_the_system():
-    """glibc keeps freed small blocks in its arenas; trimming gives them back, so a
-    worker that built a 600M-parameter model does not hold its pages for the rest
-    of the run (on 24 GB, two such workers starved the page cache and each fresh
-    process read TensorFlow's libraries from disk again)."""
-    try:
-        import ctypes
-        ctypes.CDLL("libc.so.6").malloc_trim(0)
-    except (OSError, AttributeError):  # not glibc
-        pass
-
-
-@pytest.fixture(autouse=True, scope="module")
-def _release_memory_after_each_module():
-    """Each test file leaves the worker as it found it: Keras' global state
-    cleared, cycles collected, freed memory returned."""
-    yield
-    import gc
-
-    import keras
-
-    keras.backend.clear_session()
-    gc.collect()
-    _return_freed_memory_to_the_system()
-
-
 def _log_python_processes(log):
     """Each Python process a test starts (the CLI, a validation runner, a worker), for
     the suite's start-up cost (docs/development.md): one line per start."""
@@ -68,7 +42,7 @@ def _log_python_processes(log):
     def hook(event, args):
         if event == "subprocess.Popen" and args[0] and os.path.basename(str(args[0])).startswith("python"):
             with open(log, "a") as f:
-                f.write(f"{os.getpid()} SPAWN {' '.join(map(str, list(args[1])[1:3]))[:120]}\n")
+                f.write(f"{os.getpid()} SPAWN {' '.join(map(str, list(args[1])[1:3]))[:120]!r}\n")
 
     sys.addaudithook(hook)
 
