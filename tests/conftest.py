@@ -62,6 +62,7 @@ def _record_memory(request):
             f.write(f"{os.getpid()} {_rss_mb():.0f} {request.node.nodeid}\n")
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the groups into the test ids
 def pytest_collection_modifyitems(config, items):
     """Each test file runs on one xdist worker (--dist loadgroup: a group is a unit):
     its module fixtures (a trained model, its exports, the transformers checkpoints)

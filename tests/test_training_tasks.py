@@ -99,5 +99,6 @@ def test_train_cli_with_zero_steps_evaluates_the_zero_head_at_initialisation(tmp
     assert results["steps"] == 0 and results["eval"]["num_examples"] == 1000
     assert results["eval"]["loss"] == pytest.approx(math.log(10), abs=1e-5)  # uniform softmax: all ties
     assert results["eval"]["accuracy"] == 0.0 and results["eval"]["top5"] == 0.0
-    summary = json.loads(capsys.readouterr().out.split("\nwrote ")[0])
+    out = capsys.readouterr().out  # the run's description (kept by --no-progress, #37), then the summary
+    summary = json.loads(out[out.index("{\n"):].split("\nwrote ")[0])
     assert summary["eval_top5"] == 0.0 and summary["eval_top1"] == 0.0
