@@ -61,13 +61,3 @@ def _record_memory(request):
         with open(log, "a") as f:
             f.write(f"{os.getpid()} {_rss_mb():.0f} {request.node.nodeid}\n")
 
-
-@pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the groups into the test ids
-def pytest_collection_modifyitems(config, items):
-    """Each test file runs on one xdist worker (--dist loadgroup: a group is a unit):
-    its module fixtures (a trained model, its exports, the transformers checkpoints)
-    are built once, not once per worker that happened to get one of its tests. A
-    test already in a group (the clusters) keeps it."""
-    for item in items:
-        if not item.get_closest_marker("xdist_group"):
-            item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::")[0]))
