@@ -92,7 +92,7 @@ def acquire(workdir: str) -> dict:
     """Takes the lock (a stale one taken over); returns what it holds. Raises
     WorkdirBusy naming the live owner, UserError when `workdir` cannot be written."""
     owner = this_process(held=True)  # known as ours before the file exists
-    made = _topmost_missing(workdir)
+    made = storage.topmost_missing(workdir)
     try:
         storage.makedirs(workdir)
         if not _create(lock_path(workdir), owner):
@@ -212,16 +212,10 @@ def _same_pid_namespace(owner: dict) -> bool:
 
 def _stale_file(workdir: str, owner: dict) -> bool:
     """is_stale, except that an unparsable lock younger than FRESH_S is one being written."""
-    if not owner and _age(lock_path(workdir)) < FRESH_S:
+    if not owner and storage.age_s(lock_path(workdir)) < FRESH_S:
         return False
     return is_stale(owner)
 
-
-def _age(path: str) -> float:
-    try:
-        return time.time() - storage.getmtime(path)
-    except OSError:
-        return float("inf")  # gone meanwhile: nothing being written
 
 
 def _create(path: str, owner: dict) -> bool:
@@ -320,15 +314,6 @@ def _busy_message(workdir: str, owner: dict) -> str:
             f"or give another {_console.either('--workdir', 'workdir')} (if that run is gone, delete its {LOCK_FILE})."
             )
 
-
-def _topmost_missing(path: str) -> Optional[str]:
-    """The highest folder of `path` (itself included) that does not exist yet: what makedirs will make."""
-    if storage.is_remote(path):
-        return None  # an object store has no empty folders to leave behind
-    path, made = os.path.abspath(path), None
-    while not os.path.exists(path) and os.path.dirname(path) != path:
-        made, path = path, os.path.dirname(path)
-    return made
 
 
 def _remove_made(made: Optional[str], workdir: str) -> None:

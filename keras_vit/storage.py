@@ -30,6 +30,7 @@ import re
 import secrets
 import shutil
 import tempfile
+import time
 from typing import Callable, Iterator, List, Union
 
 PathLike = Union[str, os.PathLike]
@@ -475,3 +476,25 @@ def _os_errors(path: str):
     except tf.errors.OpError as error:
         code = _ERRNO.get(type(error).__name__, errno.EIO)
         raise OSError(code, error.message or type(error).__name__, path) from error
+
+
+def topmost_missing(path: PathLike) -> Union[str, None]:
+    """The highest folder of `path` (itself included) that does not exist yet: what
+    makedirs will make, for a caller that removes it again on failure. None when
+    nothing is missing, or on an object store (it has no empty folders to leave)."""
+    path = os.fspath(path)
+    if is_remote(path):
+        return None
+    path, made = os.path.abspath(path), None
+    while not os.path.exists(path) and os.path.dirname(path) != path:
+        made, path = path, os.path.dirname(path)
+    return made
+
+
+def age_s(path: PathLike) -> float:
+    """Seconds since `path` last changed; infinite when it is gone."""
+    try:
+        return time.time() - getmtime(path)
+    except OSError:
+        return float("inf")
+

@@ -14,7 +14,6 @@ import os
 import re
 import shutil
 import tempfile
-import time
 from typing import List, Optional, Tuple
 
 from keras_vit import _console, locks, storage
@@ -87,9 +86,7 @@ def make_staging(out: str) -> Tuple[str, Optional[str]]:
     export of `out` can tell a killed export's leftover from a live one's.
     Returns it and the topmost folder made for it (None if none was)."""
     parent = os.path.dirname(os.path.abspath(out))
-    made, folder = None, parent
-    while not os.path.exists(folder) and os.path.dirname(folder) != folder:
-        made, folder = folder, os.path.dirname(folder)
+    made = storage.topmost_missing(parent)
     try:
         os.makedirs(parent, exist_ok=True)
         staging = tempfile.mkdtemp(prefix=_staging_prefix(out), dir=parent)
@@ -144,16 +141,10 @@ def _staging_is_stale(path: str) -> bool:
         with open(owner, encoding="utf-8") as f:
             return locks.is_stale(json.load(f))
     except FileNotFoundError:  # no owner yet (being made this instant) or an older version's: by age
-        return _age(path) > STALE_AFTER_S
+        return storage.age_s(path) > STALE_AFTER_S
     except (OSError, ValueError):  # unreadable: an older version's being written, or damaged
-        return _age(owner) > locks.FRESH_S
+        return storage.age_s(owner) > locks.FRESH_S
 
-
-def _age(path: str) -> float:
-    try:
-        return time.time() - os.path.getmtime(path)
-    except OSError:
-        return float("inf")
 
 
 def install(built: str, out: str) -> None:
