@@ -13,6 +13,7 @@ from keras_vit.config import ViTConfig
 from keras_vit.labels import check_labels
 from keras_vit.variants import canonical_name, get_variant
 from keras_vit.errors import UserError
+from keras_vit.weights import parts as weight_parts
 
 
 # What a model takes, by whether it scales pixels itself (ViT.input_range).
@@ -574,10 +575,12 @@ def encoder_blocks(model) -> list:
     nested in it as layers, e.g. a task's wrapper), in order, from each
     encoder's own list of its blocks: no walk through Keras' private layer
     tracking."""
-    return [block for vit in _vits_in(model) for block in vit.encoder.blocks]
+    return [block for vit in vits_in(model) for block in vit.encoder.blocks]
 
 
-def _vits_in(model, seen=None) -> list:
+def vits_in(model, seen=None) -> list:
+    """The ViTs in `model`: the model itself, or every ViT nested in it as a
+    layer (a task's wrapper, e.g. masked patch prediction), in layer order."""
     seen = set() if seen is None else seen
     if id(model) in seen:
         return []
@@ -585,13 +588,18 @@ def _vits_in(model, seen=None) -> list:
     if isinstance(model, ViT):
         return [model]
     # keras.Model.layers (public) lists a model's direct sub-layers, subclassed models' included.
-    return [vit for layer in getattr(model, "layers", ()) for vit in _vits_in(layer, seen)]
+    return [vit for layer in getattr(model, "layers", ()) for vit in vits_in(layer, seen)]
 
 
-# Every layer a ViT may hold, by its handle on the model (`ViT.<part>`); None where the config has none.
-PARTS = ("preprocessing", "padding", "resnet", "patch_embedding", "class_token", "distillation_token",
-         "position_embedding", "register_tokens", "embedding_dropout", "pre_norm", "encoder", "pooling",
-         "pooled_norm", "projection", "pre_logits", "head")
+def weight_parts_of(model) -> dict:
+    """{variable path: keras_vit.weights.parts.WeightPart} for every weight of
+    every ViT in `model`; a wrapper's own layers (a task's head) are not listed."""
+    return {path: part for vit in vits_in(model) for path, part in weight_parts.weight_parts(vit).items()}
+
+
+# Every layer a ViT may hold, by its handle on the model (`ViT.<part>`), in the order the image
+# flows through them; None where the config has none. Their groups: keras_vit.weights.parts.
+PARTS = tuple(weight_parts.HANDLES)
 
 
 def _build_layers(config, grid, include_top, num_classes, classifier_activation, include_preprocessing,

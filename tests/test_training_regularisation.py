@@ -39,8 +39,7 @@ def _step(model, optimizer, gradient=0.0):
 
 def test_weight_decay_reaches_kernels_only():
     model = _model()
-    optimizer = optimization.make_optimizer(_recipe(optimizer="adamw", weight_decay=0.5), "float32",
-                                            model.trainable_variables, DEEP.num_layers)
+    optimizer = optimization.make_optimizer(_recipe(optimizer="adamw", weight_decay=0.5), "float32", model)
     before, after = _step(model, optimizer)  # zero gradients: only the decay moves anything
     for path in before:
         if path.endswith("/kernel"):
@@ -53,8 +52,7 @@ def test_weight_decay_reaches_kernels_only():
 def test_layer_decay_scales_each_depth_geometrically():
     model = _model()
     rate = 0.5
-    optimizer = optimization.make_optimizer(_recipe(layer_decay=rate), "float32", model.trainable_variables,
-                                            DEEP.num_layers)
+    optimizer = optimization.make_optimizer(_recipe(layer_decay=rate), "float32", model)
     before, after = _step(model, optimizer, gradient=1.0)  # plain SGD: the step is -lr x scale
     expected = {"embedding/projection/kernel": rate ** 4, "cls/cls": rate ** 4,
                 "posembed_input/pos_embedding": rate ** 4,
@@ -76,8 +74,7 @@ def test_layer_decay_is_the_base_rule_at_a_scaled_rate(fields):
     for lr_scale in (None, *sorted(set(scale.values()))):
         model = _model()
         decay = dict(layer_decay=rate) if lr_scale is None else dict(learning_rate=0.1 * lr_scale)
-        optimizer = optimization.make_optimizer(_recipe(**fields, **decay), "float32", model.trainable_variables,
-                                                DEEP.num_layers)
+        optimizer = optimization.make_optimizer(_recipe(**fields, **decay), "float32", model)
         start, _ = _step(model, optimizer, gradient=1.0)
         _, end = _step(model, optimizer, gradient=-0.5)
         moved[lr_scale] = {p: end[p] - start[p] for p in scale}
@@ -92,26 +89,24 @@ def test_layer_decay_optimizers_serialise_and_checkpoint_as_their_base_rule():
 
     model = _model()
     recipe = _recipe(optimizer="adamw", weight_decay=0.05, ema=0.9, layer_decay=0.5)
-    optimizer = optimization.make_optimizer(recipe, "float32", model.trainable_variables, DEEP.num_layers)
+    optimizer = optimization.make_optimizer(recipe, "float32", model)
     loaded = keras.optimizers.deserialize(keras.optimizers.serialize(optimizer))
     assert type(loaded) is optimization.LayerDecayAdamW and loaded.get_config() == optimizer.get_config()
     assert loaded.layer_scales["cls/cls"] == 0.5 ** 4 and loaded.layer_scales["head/kernel"] == 1.0
     # The same checkpoint names and fingerprint as AdamW alone: runs from before LayerDecay resume.
-    plain = optimization.make_optimizer(_recipe(optimizer="adamw", weight_decay=0.05, ema=0.9), "float32",
-                                        model.trainable_variables, DEEP.num_layers)
+    plain = optimization.make_optimizer(_recipe(optimizer="adamw", weight_decay=0.05, ema=0.9), "float32", model)
     for o in (optimizer, plain):
         o.build(model.trainable_variables)
     assert (variable_keys([v.path for v in optimizer.variables], "optimizer")
             == variable_keys([v.path for v in plain.variables], "optimizer"))
     assert optimization.rule_name(optimizer) == optimization.rule_name(plain) == "AdamW"
-    loss_scaled = optimization.make_optimizer(recipe, "mixed_float16", model.trainable_variables, DEEP.num_layers)
+    loss_scaled = optimization.make_optimizer(recipe, "mixed_float16", model)
     assert optimization.rule_name(loss_scaled) == "AdamW"
 
 
 def test_the_moving_average_is_the_hand_computed_one_and_swaps_in_and_out():
     model = _model()
-    optimizer = optimization.make_optimizer(_recipe(ema=0.9), "float32", model.trainable_variables,
-                                            DEEP.num_layers)
+    optimizer = optimization.make_optimizer(_recipe(ema=0.9), "float32", model)
     kernel = model.head.kernel
     values = [kernel.numpy()]
     for gradient in (1.0, -2.0, 0.5):

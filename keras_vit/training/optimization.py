@@ -9,6 +9,9 @@ import keras
 import tensorflow as tf
 from keras import ops
 
+from keras_vit.model import vits_in, weight_parts_of
+from keras_vit.weights.parts import weight_parts
+
 
 @keras.saving.register_keras_serializable(package="keras_vit")
 class WarmupSchedule(keras.optimizers.schedules.LearningRateSchedule):
@@ -39,29 +42,27 @@ class WarmupSchedule(keras.optimizers.schedules.LearningRateSchedule):
                 "decay": self.decay}
 
 
-def decays(variable) -> bool:
-    """Whether weight decay applies: kernels only. Biases, norms, the position
-    embedding, the class token and relative position tables are left alone,
-    as big_vision (decay on ".*/kernel") and timm (no decay below 2-D) do."""
-    return variable.name == "kernel"
+def decays(variable, parts=None) -> bool:
+    """Whether weight decay applies to `variable`: kernels only (the part's
+    rule, keras_vit.weights.parts; `parts`: {variable path: WeightPart}). A
+    variable outside the ViT (a task's own head) by its name, the same rule."""
+    part = (parts or {}).get(variable.path)
+    return part.decays if part is not None else variable.name == "kernel"
 
 
-def depth_of(variable, num_layers: int) -> int:
-    """0 for what comes before the encoder (patch/ResNet embedding, class
-    token, position embedding), i + 1 for encoder block i, num_layers + 1 for
-    what follows it (final norm, pre-logits, head)."""
-    parts = variable.path.split("/")
-    for part in parts:
-        if part.startswith("encoderblock_"):
-            return int(part[len("encoderblock_"):]) + 1
-    after = ("encoder_norm", "pre_logits", "head", "norm")
-    return num_layers + 1 if any(p in after for p in parts) else 0
-
-
-def layer_scales(variables, num_layers: int, rate: float) -> dict:
-    """{variable path: learning-rate scale rate ** (num_layers + 1 - depth)}
-    (BEiT's layer-wise decay: the head 1, the embeddings the lowest)."""
-    return {v.path: rate ** (num_layers + 1 - depth_of(v, num_layers)) for v in variables}
+def layer_scales(model, rate: float) -> dict:
+    """{variable path: learning-rate scale} of BEiT's layer-wise decay:
+    rate ** (num_layers + 1 - depth), depth from the parts description (the
+    stem 0, block i i + 1, the head side num_layers + 1: final norm, MAP head,
+    pooled norm, projection, pre-logits and heads all at the head's rate).
+    A task's own layers outside the ViT (masked patch prediction's colour
+    head) are its head: scale 1."""
+    scales = {v.path: 1.0 for v in getattr(model, "trainable_variables", ())}
+    for vit in vits_in(model) if model is not None else ():
+        num_layers = vit.config.num_layers
+        for path, part in weight_parts(vit).items():
+            scales[path] = rate ** (num_layers + 1 - part.depth(num_layers))
+    return scales
 
 
 class LayerDecay:
@@ -150,23 +151,26 @@ def _update_rule(recipe):
                                         beta_2=recipe.beta_2)
 
 
-def make_optimizer(recipe, precision="float32", variables=(), num_layers=0):
-    """The recipe's optimizer for `variables` (the model's trainable ones):
-    weight decay on kernels only (`decays`), layer-wise learning rates with
-    recipe.layer_decay (`LayerDecay`), a moving average of the weights with
-    recipe.ema (Keras' use_ema: the averages are optimizer variables, so
-    checkpoints keep them). Clipping is not set here: the trainer clips the
-    all-reduced gradient itself (Keras would clip each replica's part)."""
+def make_optimizer(recipe, precision="float32", model=None):
+    """The recipe's optimizer for `model`'s trainable variables: weight decay
+    on kernels only (`decays`), layer-wise learning rates with
+    recipe.layer_decay (`LayerDecay`, scales from `layer_scales`), a moving
+    average of the weights with recipe.ema (Keras' use_ema: the averages are
+    optimizer variables, so checkpoints keep them). Both read the model's
+    parts (keras_vit.weights.parts). Clipping is not set here: the trainer
+    clips the all-reduced gradient itself (Keras would clip each replica's part)."""
     schedule = WarmupSchedule(recipe.peak_learning_rate, recipe.warmup_steps, recipe.steps, recipe.schedule)
     ema = dict(use_ema=True, ema_momentum=recipe.ema) if recipe.ema else {}
     rule, arguments = _update_rule(recipe)
     if recipe.layer_decay and recipe.layer_decay != 1:
-        scales = layer_scales(variables, num_layers, recipe.layer_decay)
+        scales = layer_scales(model, recipe.layer_decay)
         optimizer = WITH_LAYER_DECAY[rule](schedule, layer_scales=scales, **arguments, **ema)
     else:
         optimizer = rule(schedule, **arguments, **ema)
     if recipe.weight_decay:
-        optimizer.exclude_from_weight_decay(var_list=[v for v in variables if not decays(v)])
+        variables = model.trainable_variables if model is not None else []  # None: an optimizer to inspect
+        parts = weight_parts_of(model) if model is not None else {}
+        optimizer.exclude_from_weight_decay(var_list=[v for v in variables if not decays(v, parts)])
     if precision == "mixed_float16":
         optimizer = keras.optimizers.LossScaleOptimizer(optimizer)
     return optimizer

@@ -204,8 +204,7 @@ class Trainer:
                 self.rematerialized_blocks = rematerialize_blocks(self.model) if self.config.remat else 0
                 # XLA fuses the GELU by itself; TensorFlow's op-by-op executor gets one kernel each way.
                 self.fused_gelu = not self.jit_compile and fuse_gelu(self.model) > 0
-                self.optimizer = make_optimizer(self.recipe, self.plan.precision, self.model.trainable_variables,
-                                                get_variant(self.model_config).num_layers)
+                self.optimizer = make_optimizer(self.recipe, self.plan.precision, self.model)
                 self.optimizer.build(self.model.trainable_variables)
         finally:
             keras.config.set_dtype_policy(previous_policy)

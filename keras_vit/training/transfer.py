@@ -25,7 +25,8 @@ from keras_vit.errors import UserError
 from keras_vit.weights import checkpoint_params, load_weights
 from keras_vit.weights.sources import NAME_PREFIXES, check_weights_exist, open_checkpoint
 from keras_vit.config import ViTConfig
-from keras_vit.model import ViT, head_layers
+from keras_vit.model import ViT, head_layers, vits_in
+from keras_vit.weights.parts import is_classifier
 
 
 @dataclasses.dataclass
@@ -42,14 +43,10 @@ class InitialWeights:
 
 def find_vit(model) -> ViT:
     """The ViT in `model`: the model itself or the first nested ViT layer."""
-    if isinstance(model, ViT):
-        return model
-    for layer in getattr(model, "layers", []):
-        try:
-            return find_vit(layer)
-        except UserError:  # no ViT in this branch: try the next
-            continue
-    raise UserError(f"{model.name} contains no keras_vit.ViT to take encoder weights from.")
+    vits = vits_in(model)
+    if not vits:
+        raise UserError(f"{model.name} contains no keras_vit.ViT to take encoder weights from.")
+    return vits[0]
 
 
 def resolve_weights(weights: Optional[str]) -> Optional[InitialWeights]:
@@ -74,16 +71,13 @@ def resolve_weights(weights: Optional[str]) -> Optional[InitialWeights]:
     return InitialWeights(path, None, 3, path)
 
 
-# The classifiers a checkpoint may hold: the head, and DeiT's second one on the distillation token.
-HEAD_PREFIXES = ("head/", "head_dist/")
-
-
 def _encoder(params: dict) -> dict:
-    """The params without the classification heads (DeiT's two included): the
-    run builds its own, zero-initialised. Everything else (class, distillation
-    and register tokens, LayerScale, pre-norm, pooled norm, projection, MAP
-    head) is the encoder the run starts from."""
-    return {k: v for k, v in params.items() if not k.startswith(HEAD_PREFIXES)}
+    """The params without the classification heads (DeiT's two included; the
+    parts description's "classifier" group): the run builds its own,
+    zero-initialised. Everything else (class, distillation and register tokens,
+    LayerScale, pre-norm, pooled norm, projection, MAP head) is the encoder the
+    run starts from."""
+    return {k: v for k, v in params.items() if not is_classifier(k)}
 
 
 def _head_classes(params: dict) -> Optional[int]:

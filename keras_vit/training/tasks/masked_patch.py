@@ -40,6 +40,7 @@ from keras_vit.training.tasks.base import Task
 from keras_vit.training.tasks.classification import ClassificationTask
 from keras_vit.training.tasks.metrics import top_k_hits
 from keras_vit.variants import get_variant
+from keras_vit.weights import parts as weight_parts
 
 COLOUR_BITS = 3
 
@@ -145,10 +146,10 @@ class MaskedPatchModel(keras.Model):
         tokens_shape = (None, vit.grid_size[0] * vit.grid_size[1], vit.config.hidden_size)
         self.corruption.build(tokens_shape)
         self.colour_head.build(tokens_shape)
-        # Its parameters get no gradient here; freezing them keeps them out of the optimizer.
-        for unused in (vit.pooling, vit.pooled_norm, vit.projection, vit.pre_logits, vit.head):  # the heads
-            if unused is not None:
-                unused.trainable = False
+        # The read-out and the classifiers get no gradient here (the colour head reads the patch
+        # tokens after the final norm); freezing them keeps them out of the optimizer.
+        for unused in weight_parts.layers_in(vit, (weight_parts.READOUT, weight_parts.CLASSIFIER)):
+            unused.trainable = False
         self.built = True
 
     def call(self, images, training=False):
