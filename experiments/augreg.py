@@ -82,7 +82,7 @@ def main(argv=None):
             for task in TASKS for fraction in FRACTIONS for recipe in RECIPES]
 
     def run(arm, seed, workdir):
-        model = common.micro_model(patch_size=PATCH[arm["task"]])
+        model = common.micro_model(args.quick, patch_size=PATCH[arm["task"]])
         extra = AUGREG if arm["recipe"] != "scratch" else {}
         return common.train_run(workdir, model, seed, steps, args.quick, dataset=data[(arm["task"], arm["fraction"])],
                                 train_augment="affine", **extra)
@@ -93,7 +93,7 @@ def main(argv=None):
     speed_rows = summarise_speed(speed_records)
     table = claim_table(rows) + "\n\n" + speed_table(speed_rows)
     plot(os.path.join(args.out, "plot.png"), rows, speed_records, steps)
-    settings = {"model": common.model_sizes(common.micro_model()).rsplit(", ", 1)[0] + ", GAP classifier",
+    settings = {"model": common.model_sizes(common.micro_model(args.quick)).rsplit(", ", 1)[0] + ", GAP classifier",
                 "steps": steps, "patch_size": PATCH, "fractions": list(FRACTIONS), "seeds": args.seeds,
                 "quick": args.quick, "test_examples": TEST_EXAMPLES, "augreg": AUGREG,
                 "recipe": "scratch: AdamW lr 2e-3, wd 0.05, batch 128, 10% warmup + cosine, label smoothing 0.1, "
@@ -132,8 +132,9 @@ def patch_dropout_runs(args, dataset):
     arms = [{"patch_dropout": rate} for rate in PATCH_DROPOUT_RATES]
 
     def run(arm, seed, workdir):
-        record = common.train_run(workdir, common.micro_model(patch_size=4), seed, steps, args.quick, dataset=dataset,
-                                  train_augment="affine", eval_every=every, patch_dropout=arm["patch_dropout"])
+        model = common.micro_model(args.quick, patch_size=4)
+        record = common.train_run(workdir, model, seed, steps, args.quick, dataset=dataset, train_augment="affine",
+                                  eval_every=every, patch_dropout=arm["patch_dropout"])
         record["step_ms"] = 1000 * 128 / record["images_per_sec"] if record["images_per_sec"] else None
         return record
 

@@ -44,7 +44,7 @@ def main(argv=None):
     arms = [{"classifier": head, "learning_rate": lr} for head in HEADS for lr in rates]
 
     def run(arm, seed, workdir):
-        model = common.micro_model(patch_size=7)
+        model = common.micro_model(args.quick, patch_size=7)
         return common.train_run(workdir, model, seed, steps, args.quick, classifier=arm["classifier"],
                                 learning_rate=arm["learning_rate"])
 
@@ -61,7 +61,7 @@ def main(argv=None):
     common.plot_lines(os.path.join(args.out, "plot.png"), rows, x="learning_rate", series="head",
                       title=f"Class token vs GAP: micro ViT on the digits, {steps} steps",
                       xlabel="peak learning rate (AdamW)")
-    settings = {"model": common.model_sizes(common.micro_model(patch_size=7)) + ", no representation layer",
+    settings = {"model": common.model_sizes(common.micro_model(args.quick, patch_size=7)) + ", no representation layer",
                 "steps": steps, "learning_rates": list(rates), "seeds": args.seeds, "quick": args.quick,
                 "test_examples": TEST_EXAMPLES,
                 "recipe": "scratch: AdamW, wd 0.05, batch 128, 10% warmup + cosine, label smoothing 0.1, "

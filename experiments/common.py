@@ -32,7 +32,7 @@ def parse_args(name: str, description: str, argv=None, default_seeds: int = 3) -
     """`python experiments/NAME.py [--quick] [--seeds N] [--out DIR] [--runs DIR]`."""
     parser = argparse.ArgumentParser(prog=f"experiments/{name}.py", description=description)
     parser.add_argument("--quick", action="store_true",
-                        help="a smoke run of about a minute: fewer arms and steps, one seed, no XLA")
+                        help="a smoke run of about a minute: fewer arms and steps, one seed, one block, no XLA")
     parser.add_argument("--seeds", type=int, default=None,
                         help=f"seeds per arm (default: {default_seeds}; 1 with --quick)")
     parser.add_argument("--out", default=None,
@@ -244,14 +244,21 @@ def plot_lines(path: str, rows: Sequence[dict], x: str, series: str, title: str,
 
 # --- the model -----------------------------------------------------------------
 
-def micro_model(**changes):
+# --quick's depth: a quick run's time is almost all the tracing of each run's
+# training and evaluation graphs (a few seconds per block on a CPU), not its steps.
+QUICK_NUM_LAYERS = 1
+
+
+def micro_model(quick: bool = False, **changes):
     """The experiments' ViT: the Mu row of keras_vit/variants.py at half its width
     and MLP, so that an experiment's arms x seeds fit in about 20 minutes on 2
-    cores (the demo trains the full Mu width); `changes` as in ViTConfig.replace."""
+    cores (the demo trains the full Mu width); with `quick` (--quick), one block
+    instead of four; `changes` as in ViTConfig.replace."""
     from keras_vit.variants import get_variant
 
     mu = get_variant("Mu/4")
-    return mu.replace(**{"hidden_size": mu.hidden_size // 2, "mlp_dim": mu.mlp_dim // 2, **changes})
+    depth = {"num_layers": QUICK_NUM_LAYERS} if quick else {}
+    return mu.replace(**{"hidden_size": mu.hidden_size // 2, "mlp_dim": mu.mlp_dim // 2, **depth, **changes})
 
 
 def model_sizes(config) -> str:

@@ -39,9 +39,9 @@ ARCHITECTURES = ("vit", "hybrid")
 ARCHITECTURE_NAMES = {"vit": "ViT, 8x8 patches", "hybrid": "hybrid: ResNet root + 2x2 patches"}
 
 
-def architecture(name):
+def architecture(name, quick=False):
     from keras_vit.config import ResNetConfig
-    mu = common.micro_model()
+    mu = common.micro_model(quick)
     if name == "vit":
         return mu.replace(patch_size=8)
     return mu.replace(patch_size=2, resnet=ResNetConfig(num_layers=()))
@@ -52,12 +52,13 @@ def main(argv=None):
     started = time.time()
     budgets = QUICK_BUDGETS if args.quick else BUDGETS
     arms = [{"architecture": arch, "steps": steps} for steps in budgets for arch in ARCHITECTURES]
-    step_flops = {arch: 3 * BATCH * common.forward_flops(architecture(arch), (IMAGE_SIZE, IMAGE_SIZE), 1)
+    step_flops = {arch: 3 * BATCH * common.forward_flops(architecture(arch, args.quick), (IMAGE_SIZE, IMAGE_SIZE),
+                                                         1)
                   for arch in ARCHITECTURES}
 
     def run(arm, seed, workdir):
-        return common.train_run(workdir, architecture(arm["architecture"]), seed, arm["steps"], args.quick,
-                                image_size=IMAGE_SIZE, batch_size=BATCH)
+        return common.train_run(workdir, architecture(arm["architecture"], args.quick), seed, arm["steps"],
+                                args.quick, image_size=IMAGE_SIZE, batch_size=BATCH)
 
     records = common.run_grid(arms, args.seeds, args.runs, run)
     for record in records:

@@ -62,7 +62,8 @@ def main(argv=None):
     arms = [{"task": task, "position_embedding": kind} for task in STEPS for kind in kinds]
 
     def run(arm, seed, workdir):
-        model = common.micro_model(patch_size=PATCH[arm["task"]], position_embedding=arm["position_embedding"])
+        model = common.micro_model(args.quick, patch_size=PATCH[arm["task"]],
+                                   position_embedding=arm["position_embedding"])
         return common.train_run(workdir, model, seed, steps[arm["task"]], args.quick, dataset=data[arm["task"]])
 
     records = common.run_grid(arms, args.seeds, args.runs, run)
@@ -77,7 +78,8 @@ def main(argv=None):
     common.plot_bars(os.path.join(args.out, "plot.png"), rows, groups="task",
                      bars="position_embedding",
                      title="Position embeddings: micro ViT from scratch, equal steps")
-    settings = {"model": common.model_sizes(common.micro_model()).rsplit(", ", 1)[0] + ", GAP classifier", "steps": steps,
+    settings = {"model": common.model_sizes(common.micro_model(args.quick)).rsplit(", ", 1)[0] + ", GAP classifier",
+                "steps": steps,
                 "patch_size": PATCH, "seeds": args.seeds, "quick": args.quick, "test_examples": TEST_EXAMPLES,
                 "recipe": "scratch: AdamW lr 2e-3, wd 0.05, batch 128, 10% warmup + cosine, label smoothing 0.1, "
                           "no augmentation"}

@@ -3,7 +3,10 @@ inputs that say why nothing was read (4), any from_pretrained source as MODEL
 (5), exports replaced as a whole (6), default formats the installation can
 write (8)."""
 
+import contextlib
+import io
 import json
+import shutil
 import sys
 import zipfile
 
@@ -19,7 +22,7 @@ from keras_vit.export import FORMATS
 from keras_vit.export import tflite
 from tests.conftest import tiny_config
 from tests.image_files import picture
-from tests.sources_helpers import perturb_keras, perturb_torch
+from tests.sources_helpers import perturb_torch
 
 COLOURS = ["red", "green", "blue"]
 SIZE = 32
@@ -152,10 +155,12 @@ def test_a_checkpoint_is_a_model_to_every_command_22_5(hf_dir, photo, tmp_path, 
     assert main(["inspect", str(hf_dir), "--image", str(photo), "--out", str(tmp_path / "figures"),
                  "--dpi", "30"]) == 0
     assert (tmp_path / "figures" / "rollout.png").exists()
-    assert main(["export", str(hf_dir), "--formats", "saved_model", "--out", str(tmp_path / "a"),
+    # TFLite, the quickest format to write (a SavedModel takes ~3x as long): the source's labels are resolved
+    # once for every format, and that each format carries them is 22_3's test.
+    assert main(["export", str(hf_dir), "--formats", "tflite", "--out", str(tmp_path / "a"),
                  "--latency-runs", "1"]) == 0
     assert "[export] checkpoint " in capsys.readouterr().out
-    assert (tmp_path / "a" / "colours" / "1" / "assets" / "labels.txt").read_text().split() == COLOURS
+    assert tflite.read_labels((tmp_path / "a" / "colours.tflite").read_bytes()) == COLOURS
 
     from keras_vit.weights import download
 
@@ -172,30 +177,59 @@ def test_a_checkpoint_is_a_model_to_every_command_22_5(hf_dir, photo, tmp_path, 
     assert "neither a run folder nor a checkpoint folder" in line
 
 
-# --- 6. an export is replaced as a whole, or not at all ---------------------------------------------------------
+# --- 8. the default formats are what the installation can write; 6. an export is replaced as a whole, or not at all
 
 @pytest.fixture(scope="module")
-def tiny_keras(tmp_path_factory):
-    model = keras_vit.ViT(tiny_config(), image_size=8, num_classes=3, num_channels=1, labels=COLOURS, name="tiny")
-    perturb_keras(model, 0)
-    path = tmp_path_factory.mktemp("models") / "tiny.keras"
-    model.save(path)
-    return path
+def default_export(tmp_path_factory):
+    """`keras-vit export MODEL` with the default formats, the onnx extra missing: built once, read by #22.8's
+    test and, copied, the existing export #22.6's test refuses to overwrite and then replaces (exporting
+    every default format costs a minute; each test exporting its own doubled it)."""
+    model = keras_vit.ViT(tiny_config(), image_size=8, num_classes=3, num_channels=1)
+    model.head.bias.assign(np.array([0.0, 1.0, 2.0], np.float32))  # a constant answer: every format agrees
+    model_file = tmp_path_factory.mktemp("models") / "tiny.keras"  # alone in its folder (#22.6 exports into it)
+    model.save(model_file)
+    images = tmp_path_factory.mktemp("data") / "images.npy"
+    np.save(images, np.random.default_rng(0).uniform(0, 255, (24, 8, 8, 1)).astype(np.float32))
+    out = tmp_path_factory.mktemp("exports") / "out"
+    stdout = io.StringIO()
+    with pytest.MonkeyPatch.context() as patch, contextlib.redirect_stdout(stdout):
+        patch.setitem(sys.modules, "tf2onnx", None)  # `import tf2onnx` now raises ImportError
+        code = main(["export", str(model_file), "--out", str(out), "--data", str(images), "--num-calibration", "8",
+                     "--latency-runs", "1"])
+    return model_file, out, code, stdout.getvalue()
 
 
 @pytest.mark.slow
-def test_an_existing_export_is_refused_or_replaced_as_a_whole_22_6(tiny_keras, tmp_path, capsys):
+def test_default_formats_skip_a_missing_extra_22_8(default_export):
+    """#22.8: without the onnx extra the default export writes every other format and says, in one line,
+    which was skipped and the pip command that adds it."""
+    _, out, code, printed = default_export
+    assert code == 0, printed[-3000:]
+    (skipped,) = [line for line in printed.splitlines() if "skipped" in line]
+    assert skipped.startswith("[export] onnx skipped") and 'pip install "keras-vision-transformer[onnx]"' in skipped, skipped
+    report = json.loads((out / "report.json").read_text())
+    assert [row["format"] for row in report["artifacts"]] == [f for f in FORMATS if f != "onnx"]
+    assert report["passed"] and list(report["skipped"]) == ["onnx"]
+    assert not list(out.glob("*.onnx"))
+
+
+@pytest.mark.slow
+def test_an_existing_export_is_refused_or_replaced_as_a_whole_22_6(default_export, tmp_path, capsys):
     """#22.6: a folder holding an export is refused without --overwrite and replaced as one unit with it;
     --out naming a file, or a folder of other files, is refused in words."""
+    model_file, exported, code, _ = default_export
+    assert code == 0
     out = tmp_path / "out"
-    export = ["export", str(tiny_keras), "--out", str(out), "--latency-runs", "1"]
-    assert main([*export, "--formats", "saved_model,tflite"]) == 0
-    assert sorted(p.name for p in out.iterdir()) == ["labels.txt", "report.json", "tiny", "tiny.tflite"]
+    shutil.copytree(exported, out)  # an export of saved_model (version 1) and four TFLite files
+    entries = sorted(p.name for p in out.iterdir())
+    assert entries[:3] == ["labels.txt", "report.json", "tiny"] and len(entries) == 7, entries
+    assert [p.name for p in (out / "tiny").iterdir()] == ["1"]
+    export = ["export", str(model_file), "--out", str(out), "--latency-runs", "1"]
     before = {p: p.read_bytes() for p in out.rglob("*") if p.is_file()}
 
     assert main([*export, "--formats", "saved_model"]) == 2
     line = one_error_line(capsys.readouterr().err, "export")
-    assert (f"--out {out} already holds an export (labels.txt, report.json, tiny, tiny.tflite): "
+    assert (f"--out {out} already holds an export ({', '.join(entries[:4])} and 3 more): "
             f"add --overwrite") in line
     assert {p: p.read_bytes() for p in out.rglob("*") if p.is_file()} == before
 
@@ -206,31 +240,9 @@ def test_an_existing_export_is_refused_or_replaced_as_a_whole_22_6(tiny_keras, t
     assert [row["format"] for row in report["artifacts"]] == ["saved_model"]
 
     capsys.readouterr()
-    for target, words in ((tiny_keras, f"--out {tiny_keras} is not a folder: give a folder"),
-                          (tiny_keras / "sub", f"is not a folder ('{tiny_keras}' is a file)"),
-                          (tiny_keras.parent, "holds files that are not an export (tiny.keras): export into a new")):
-        assert main(["export", str(tiny_keras), "--formats", "tflite", "--out", str(target), "--overwrite"]) == 2
+    for target, words in ((model_file, f"--out {model_file} is not a folder: give a folder"),
+                          (model_file / "sub", f"is not a folder ('{model_file}' is a file)"),
+                          (model_file.parent, "holds files that are not an export (tiny.keras): export into a new")):
+        assert main(["export", str(model_file), "--formats", "tflite", "--out", str(target), "--overwrite"]) == 2
         line = one_error_line(capsys.readouterr().err, "export")
         assert words in line and "Errno" not in line, line
-
-
-# --- 8. the default formats are what the installation can write -------------------------------------------------
-
-@pytest.mark.slow
-def test_default_formats_skip_a_missing_extra_22_8(tmp_path, capsys, monkeypatch):
-    """#22.8: without the onnx extra the default export writes every other format and says, in one line,
-    which was skipped and the pip command that adds it."""
-    model = keras_vit.ViT(tiny_config(), image_size=8, num_classes=3, num_channels=1)
-    model.head.bias.assign(np.array([0.0, 1.0, 2.0], np.float32))  # a constant answer: every format agrees
-    model.save(tmp_path / "tiny.keras")
-    np.save(tmp_path / "images.npy", np.random.default_rng(0).uniform(0, 255, (24, 8, 8, 1)).astype(np.float32))
-    monkeypatch.setitem(sys.modules, "tf2onnx", None)  # `import tf2onnx` now raises ImportError
-    assert main(["export", str(tmp_path / "tiny.keras"), "--out", str(tmp_path / "out"), "--data",
-                 str(tmp_path / "images.npy"), "--num-calibration", "8", "--latency-runs", "1"]) == 0
-    out = capsys.readouterr().out
-    (skipped,) = [line for line in out.splitlines() if "skipped" in line]
-    assert skipped.startswith("[export] onnx skipped") and 'pip install "keras-vision-transformer[onnx]"' in skipped, skipped
-    report = json.loads((tmp_path / "out" / "report.json").read_text())
-    assert [row["format"] for row in report["artifacts"]] == [f for f in FORMATS if f != "onnx"]
-    assert report["passed"] and list(report["skipped"]) == ["onnx"]
-    assert not list((tmp_path / "out").glob("*.onnx"))

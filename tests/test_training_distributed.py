@@ -13,7 +13,7 @@ import pytest
 from tests.training_helpers import checkpoint_arrays
 
 # Markers (setup.cfg): multi-process / long end-to-end runs stay out of `make test-fast`.
-pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("cluster")]
+pytestmark = pytest.mark.slow
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TIMEOUT = 240
@@ -26,7 +26,21 @@ def _launch(spec, env=None):
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
-def _finish(process, expect_rc=0):
+# Several runs, one after the other, in one fresh process: each import of
+# TensorFlow costs a process ~10 s, so runs that need no process of their own
+# (the uninterrupted references, the resumes of runs killed elsewhere) share one.
+_MANY = "import json, sys\nfrom tests import training_worker\nfor spec in json.loads(sys.argv[1]):\n    training_worker.main(spec)"
+
+
+def _launch_many(specs):
+    return subprocess.Popen(
+        [sys.executable, "-c", _MANY, json.dumps(specs)], cwd=ROOT,
+        env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"},
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def _finish(process, expect_rc=0, every=False):
+    """-> the last RESULT line's object (every: the list of all of them, in order)."""
     try:
         out, err = process.communicate(timeout=TIMEOUT)
     except subprocess.TimeoutExpired:
@@ -34,8 +48,10 @@ def _finish(process, expect_rc=0):
         out, err = process.communicate()
         raise AssertionError(f"worker timed out after {TIMEOUT}s\n{err[-3000:]}")
     assert process.returncode == expect_rc, f"rc {process.returncode}\n{out[-2000:]}\n{err[-5000:]}"
-    lines = [line for line in out.splitlines() if line.startswith("RESULT ")]
-    return json.loads(lines[-1][len("RESULT "):]) if lines else None
+    results = [json.loads(line[len("RESULT "):]) for line in out.splitlines() if line.startswith("RESULT ")]
+    if every:
+        return results
+    return results[-1] if results else None
 
 
 def _free_ports(n):
@@ -46,6 +62,13 @@ def _free_ports(n):
     for s in sockets:
         s.close()
     return ports
+
+
+# Issue #24: every augmentation and regulariser on at once (groups of 2 x 2
+# examples mixed, so every per-replica batch below holds whole groups).
+REGULARISED = {"randaugment": [2, 10], "mixup": 0.8, "cutmix": 1.0, "mix_prob": 0.9, "mix_switch_prob": 0.5,
+               "random_erasing": 0.25, "repeated_augmentation": 2, "ema": 0.9, "layer_decay": 0.75,
+               "loss": "sigmoid", "lr_base_batch": 8, "label_smoothing": 0.1, "train_augment": "translate"}
 
 
 def test_mirrored_on_two_devices_equals_one_device(tmp_path):
@@ -66,6 +89,14 @@ def test_a_mirrored_step_all_reduces_the_gradients_once(tmp_path):
                                             "jit_compile": True}}))
     assert result["replicas"] == 2 and result["steps"] == 2
     assert result["gradient_all_reduces"] == result["replicas"], result  # one per replica, per traced step
+
+
+def test_mirrored_equals_one_device_with_every_augmentation_and_regulariser(tmp_path):
+    result = _finish(_launch({"workdir": str(tmp_path), "logical_cpus": 2, "mirrored_vs_one_device": True,
+                              "overrides": {"steps": 3, "batch_size": 16, "jit_compile": True, **REGULARISED}}))
+    assert result["replicas"] == {"one_device": 1, "mirrored": 2}
+    assert result["max_weight_difference"] < 1e-5 * max(1.0, result["max_weight"]), result
+    np.testing.assert_allclose(result["losses"]["one_device"], result["losses"]["mirrored"], rtol=1e-5)
 
 
 def _cluster(tmp_path, workdir, overrides, tag, kill_at=None, **spec):
@@ -127,96 +158,103 @@ def test_two_worker_cluster_on_localhost_trains_agrees_and_resumes_a_killed_work
                 np.testing.assert_array_equal(a[key], b[key], err_msg=key)
 
 
-def test_kill_9_and_resume_equals_an_uninterrupted_run(tmp_path):
+# Each run killed with SIGKILL after step kill_at, then resumed; the same run
+# uninterrupted is the reference. name -> (overrides, kill_at).
+KILL_9 = {
     # Dropout and random translations: the RNG state and the input position must resume too.
-    overrides = {"steps": 8, "checkpoint_every": 3, "deterministic": True, "batch_size": 16,
-                 "dropout_rate": 0.1, "train_augment": "translate", "learning_rate": 3e-3}
-    killed = _launch({"workdir": str(tmp_path / "resumed"), "kill_at": 5, "overrides": overrides})
-    straight = _launch({"workdir": str(tmp_path / "straight"), "overrides": overrides})
-    assert _finish(killed, expect_rc=-9) is None
-    assert sorted(p.name for p in (tmp_path / "resumed" / "checkpoints").iterdir()) == ["ckpt-00000003.npz"]
-    resumed = _finish(_launch({"workdir": str(tmp_path / "resumed"), "overrides": overrides}))
-    straight = _finish(straight)
-    assert resumed["steps"] == 8 and resumed["steps_this_session"] == 5
-    assert resumed["losses"] == straight["losses"][3:]
-    a = checkpoint_arrays(tmp_path / "resumed" / "checkpoints" / "ckpt-00000008.npz")
-    b = checkpoint_arrays(tmp_path / "straight" / "checkpoints" / "ckpt-00000008.npz")
-    assert a.keys() == b.keys()
-    for key in a:  # model weights, dropout RNG, optimizer moments and step
-        np.testing.assert_array_equal(a[key], b[key], err_msg=key)
-    assert resumed["eval"] == straight["eval"]
+    "plain": ({"steps": 8, "checkpoint_every": 3, "deterministic": True, "batch_size": 16,
+               "dropout_rate": 0.1, "train_augment": "translate", "learning_rate": 3e-3}, 5),
+    # Patch dropout too: its draws come from the model's seed state, which the checkpoint holds.
+    "regularised": ({"steps": 8, "checkpoint_every": 3, "deterministic": True, "batch_size": 16,
+                     "learning_rate": 3e-3, "patch_dropout": 0.5, **REGULARISED}, 5),
+    # DeiT's own settings (RandAugment, random erasing, Mixup/CutMix in groups
+    # of 6, repeated augmentation 3, EMA, stochastic depth, warmup in epochs)
+    # at batch 7: the resume at step 3 (21 examples) lands inside a mixing group.
+    "deit": ({"recipe": "deit", "steps": 6, "checkpoint_every": 3, "deterministic": True, "batch_size": 7,
+              "train_augment": "inception_crop_flip", "label_smoothing": 0.1, "ema": 0.9, "image_size": 28}, 4),
+}
+# The single-worker run that leaves a checkpoint for the chief of
+# test_workers_that_restore_different_steps_stop_with_one_line.
+CHIEF_FIRST = {"steps": 2, "batch_size": 8, "checkpoint_every": 2}
 
 
-# Issue #24: every augmentation and regulariser on at once (groups of 2 x 2
-# examples mixed, so every per-replica batch below holds whole groups).
-REGULARISED = {"randaugment": [2, 10], "mixup": 0.8, "cutmix": 1.0, "mix_prob": 0.9, "mix_switch_prob": 0.5,
-               "random_erasing": 0.25, "repeated_augmentation": 2, "ema": 0.9, "layer_decay": 0.75,
-               "loss": "sigmoid", "lr_base_batch": 8, "label_smoothing": 0.1, "train_augment": "translate"}
+@pytest.fixture(scope="module")
+def kill_9(tmp_path_factory):
+    """Each KILL_9 run killed (kill -9 ends its process, so one process each),
+    then resumed from its workdir alone; the uninterrupted references, and
+    CHIEF_FIRST, one after the other in one process of their own (never the
+    resuming one). -> {name: (resumed, straight, checkpoints left by the kill)}, the chief's workdir."""
+    root = tmp_path_factory.mktemp("kill_9")
+    killed = {name: _launch({"workdir": str(root / name / "resumed"), "kill_at": kill_at, "overrides": overrides})
+              for name, (overrides, kill_at) in KILL_9.items()}
+    straight = _launch_many([{"workdir": str(root / name / "straight"), "overrides": overrides}
+                             for name, (overrides, _) in KILL_9.items()]
+                            + [{"workdir": str(root / "chief"), "overrides": CHIEF_FIRST}])
+    left = {}
+    for name, process in killed.items():
+        assert _finish(process, expect_rc=-9) is None
+        left[name] = sorted(p.name for p in (root / name / "resumed" / "checkpoints").iterdir())
+    # One fresh process resumes the three killed runs: all it has of them is their workdirs.
+    resumed = _finish(_launch_many([{"workdir": str(root / name / "resumed"), "overrides": overrides}
+                                    for name, (overrides, _) in KILL_9.items()]), every=True)
+    straight = _finish(straight, every=True)
+    assert len(resumed) == len(KILL_9) and len(straight) == len(KILL_9) + 1
+    runs = {name: (resumed[i], straight[i], left[name]) for i, name in enumerate(KILL_9)}
+    return root, runs
 
 
-def test_mirrored_equals_one_device_with_every_augmentation_and_regulariser(tmp_path):
-    result = _finish(_launch({"workdir": str(tmp_path), "logical_cpus": 2, "mirrored_vs_one_device": True,
-                              "overrides": {"steps": 3, "batch_size": 16, "jit_compile": True, **REGULARISED}}))
-    assert result["replicas"] == {"one_device": 1, "mirrored": 2}
-    assert result["max_weight_difference"] < 1e-5 * max(1.0, result["max_weight"]), result
-    np.testing.assert_allclose(result["losses"]["one_device"], result["losses"]["mirrored"], rtol=1e-5)
-
-
-def _kill_9_and_resume(tmp_path, overrides, kill_at):
-    """A run killed with SIGKILL after step `kill_at`, resumed, and the same
+def _kill_9_and_resume(kill_9, name):
+    """The run killed with SIGKILL after step `kill_at`, resumed, and the same
     run uninterrupted: the losses after the checkpoint, and every array of
     the last checkpoint (weights, their moving averages, moments, step, RNG),
     must be equal bit for bit. -> (resumed, straight) results."""
+    root, runs = kill_9
+    resumed, straight, _ = runs[name]
+    overrides, kill_at = KILL_9[name]
     steps, every = overrides["steps"], overrides["checkpoint_every"]
-    killed = _launch({"workdir": str(tmp_path / "resumed"), "kill_at": kill_at, "overrides": overrides})
-    straight = _launch({"workdir": str(tmp_path / "straight"), "overrides": overrides})
-    assert _finish(killed, expect_rc=-9) is None
-    resumed = _finish(_launch({"workdir": str(tmp_path / "resumed"), "overrides": overrides}))
-    straight = _finish(straight)
     restart = kill_at // every * every
+    assert resumed["steps"] == steps
     assert resumed["steps_this_session"] == steps - restart and resumed["losses"] == straight["losses"][restart:]
     last = f"ckpt-{steps:08d}.npz"
-    a = checkpoint_arrays(tmp_path / "resumed" / "checkpoints" / last)
-    b = checkpoint_arrays(tmp_path / "straight" / "checkpoints" / last)
+    a = checkpoint_arrays(root / name / "resumed" / "checkpoints" / last)
+    b = checkpoint_arrays(root / name / "straight" / "checkpoints" / last)
     assert a.keys() == b.keys()
-    for key in a:
+    for key in a:  # model weights, dropout RNG, optimizer moments and step
         np.testing.assert_array_equal(a[key], b[key], err_msg=key)
     return resumed, straight
 
 
-def test_kill_9_and_resume_with_every_augmentation_and_regulariser(tmp_path):
-    # Patch dropout too: its draws come from the model's seed state, which the checkpoint holds.
-    overrides = {"steps": 8, "checkpoint_every": 3, "deterministic": True, "batch_size": 16,
-                 "learning_rate": 3e-3, "patch_dropout": 0.5, **REGULARISED}
-    resumed, straight = _kill_9_and_resume(tmp_path, overrides, kill_at=5)
+def test_kill_9_and_resume_equals_an_uninterrupted_run(kill_9):
+    assert kill_9[1]["plain"][2] == ["ckpt-00000003.npz"]  # what the kill after step 5 left
+    resumed, straight = _kill_9_and_resume(kill_9, "plain")
+    assert resumed["steps"] == 8 and resumed["steps_this_session"] == 5
     assert resumed["eval"] == straight["eval"]
 
 
-def test_kill_9_and_resume_with_the_deit_recipe_ends_bitwise_equal(tmp_path):
-    """DeiT's own settings (RandAugment, random erasing, Mixup/CutMix in
-    groups of 6, repeated augmentation 3, EMA, stochastic depth, warmup in
-    epochs) at batch 7: the resume at step 3 (21 examples) lands inside a
-    mixing group."""
-    overrides = {"recipe": "deit", "steps": 6, "checkpoint_every": 3, "deterministic": True, "batch_size": 7,
-                 "train_augment": "inception_crop_flip", "label_smoothing": 0.1, "ema": 0.9, "image_size": 28}
-    _kill_9_and_resume(tmp_path, overrides, kill_at=4)
-    plan = json.loads((tmp_path / "straight" / "config.json").read_text())["plan"]
+def test_kill_9_and_resume_with_every_augmentation_and_regulariser(kill_9):
+    resumed, straight = _kill_9_and_resume(kill_9, "regularised")
+    assert resumed["eval"] == straight["eval"]
+
+
+def test_kill_9_and_resume_with_the_deit_recipe_ends_bitwise_equal(kill_9):
+    _kill_9_and_resume(kill_9, "deit")
+    plan = json.loads((kill_9[0] / "deit" / "straight" / "config.json").read_text())["plan"]
     assert [op["op"] for op in plan["augmentation"]] == [
         "inception_crop", "flip", "randaugment", "to_model_range", "random_erasing", "mix"]
 
 
-def test_workers_that_restore_different_steps_stop_with_one_line(tmp_path):
+def test_workers_that_restore_different_steps_stop_with_one_line(kill_9, tmp_path):
     """Each worker its own workdir (storage not shared): the chief's holds a
-    checkpoint, the worker's none. Training on would be two different runs."""
-    overrides = {"steps": 2, "batch_size": 8, "checkpoint_every": 2}
-    first = _launch({"workdir": str(tmp_path / "chief"), "overrides": overrides})
-    _finish(first)
+    checkpoint (CHIEF_FIRST's, from the kill_9 fixture's reference process),
+    the worker's none. Training on would be two different runs."""
+    chief = kill_9[0] / "chief"
+    assert (chief / "checkpoints" / "ckpt-00000002.npz").exists()
     ports = _free_ports(2)
     cluster = {"worker": [f"127.0.0.1:{p}" for p in ports]}
     workers = []
-    for index, workdir in enumerate((tmp_path / "chief", tmp_path / "worker")):
+    for index, workdir in enumerate((chief, tmp_path / "worker")):
         tf_config = json.dumps({"cluster": cluster, "task": {"type": "worker", "index": index}})
-        spec = {"workdir": str(workdir), "overrides": {**overrides, "steps": 4, "strategy": "multi_worker"}}
+        spec = {"workdir": str(workdir), "overrides": {**CHIEF_FIRST, "steps": 4, "strategy": "multi_worker"}}
         workers.append(_launch(spec, env={"TF_CONFIG": tf_config}))
     for worker in workers:
         out, err = worker.communicate(timeout=TIMEOUT)

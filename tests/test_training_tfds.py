@@ -95,7 +95,6 @@ def test_trains_end_to_end_through_the_cli(prepared, tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.xdist_group("cluster")
 def test_trains_on_a_two_worker_cluster(prepared, tmp_path):
     ports = _free_ports(2)
     cluster = {"worker": [f"127.0.0.1:{p}" for p in ports]}
