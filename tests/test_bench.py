@@ -149,6 +149,7 @@ def _load_plot():
     return module
 
 
+@pytest.mark.slow
 def test_plot_lines_against_batch_and_resolution(tmp_path):
     plot = _load_plot()
     rows = [{"variant": "B/16", "image_size": size, "batch": batch, "label": "keras-vit float32 XLA",

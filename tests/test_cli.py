@@ -145,6 +145,7 @@ def test_ctrl_c_is_exit_130(monkeypatch, capsys):
     assert capsys.readouterr().err == "keras-vit variants: interrupted (Ctrl-C).\n"
 
 
+@pytest.mark.slow
 def test_a_bug_in_a_fresh_process_exits_1_with_the_report_line(tmp_path):
     # A real process, as a user meets it: the traceback on stderr, then the line to report.
     script = ("import sys\nfrom keras_vit import cli, cli_variants\n"
@@ -165,6 +166,7 @@ def test_usage_errors_are_user_errors():
     assert issubclass(UsageError, UserError) and issubclass(UsageError, ValueError)
 
 
+@pytest.mark.slow
 def test_a_fresh_process_prints_one_line_and_no_tensorflow_chatter(tmp_path):
     """TensorFlow is imported (the command runs), but its start-up lines stay out."""
     done = _cli("predict", str(tmp_path / "nope.keras"), str(tmp_path / "a.png"))
@@ -228,6 +230,7 @@ def test_rerunning_a_finished_run_leaves_its_results_alone(finished, capsys):
     assert (finished / "results.json").read_bytes() == before
 
 
+@pytest.mark.slow
 def test_a_resumed_run_keeps_the_history_of_its_segments(finished, tmp_path, capsys):
     import shutil
 
@@ -358,6 +361,7 @@ def test_a_second_ctrl_c_aborts_at_once():
         signal.signal(signal.SIGINT, outer)
 
 
+@pytest.mark.slow
 def test_a_full_disk_while_checkpointing_keeps_the_previous_checkpoint(tmp_path, capsys, monkeypatch):
     import errno
 
@@ -386,6 +390,7 @@ def test_a_full_disk_while_checkpointing_keeps_the_previous_checkpoint(tmp_path,
     assert segments[-1]["start_step"] == 1 and segments[-1]["end_step"] == 4
 
 
+@pytest.mark.slow
 def test_an_unwritable_checkpoint_folder_is_one_line(tmp_path, capsys):
     workdir = tmp_path / "run"
     workdir.mkdir()

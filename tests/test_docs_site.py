@@ -37,6 +37,7 @@ def _build(config, site_dir):
     return done.returncode, done.stdout + done.stderr
 
 
+@pytest.mark.slow
 def test_the_site_builds_strictly(tmp_path):
     code, output = _build(CONFIG, tmp_path / "site")
     assert code == 0, output[-4000:]

@@ -48,6 +48,7 @@ def test_samples_go_across_classes_seeded_and_calibration_is_held_out():
     assert not held_out and len(validation) == 60 and len(calibration) == 40
 
 
+@pytest.mark.slow
 def test_export_cli_samples_a_class_sorted_folder_across_classes(tmp_path, capsys):
     from keras_vit.cli import main
 

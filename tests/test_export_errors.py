@@ -186,6 +186,7 @@ def test_bad_sources_and_data_are_one_line_and_exit_2(tiny_model, tmp_path, caps
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.slow
 def test_a_bug_while_building_one_format_is_shown_as_a_bug(tiny_model, tmp_path, monkeypatch, capsys):
     """A failure raised inside keras_vit's own code while a format builds is a bug (its traceback);
     one raised inside a converter stays a failed row of the table (the other formats go on)."""

@@ -13,6 +13,7 @@ CONFIG = keras_vit.ViTConfig(patch_size=8, hidden_size=32, mlp_dim=64, num_heads
                              gelu_approximate=False, layer_norm_epsilon=1e-12)
 
 
+@pytest.mark.slow
 def test_cli_formats_hf_is_validated_by_transformers(tmp_path, capsys):
     from keras_vit import cli
 

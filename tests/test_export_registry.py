@@ -69,6 +69,7 @@ print("RESULT", json.dumps(result))
     ("ai_edge_litert", "tflite", "tflite", ["tflite", "tflite-fp16", "tflite-dynamic", "tflite-int8"]),
     ("tf2onnx", "onnx", "onnx", ["onnx"]),
 ])
+@pytest.mark.slow
 def test_missing_extra_is_one_line_naming_it(module, fmt, extra, left_out, tmp_path):
     done = subprocess.run([sys.executable, "-c", BLOCKED.format(module=module, fmt=fmt), str(tmp_path / "out")],
                           cwd=ROOT, capture_output=True, text=True, timeout=300,

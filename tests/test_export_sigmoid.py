@@ -48,6 +48,7 @@ def _onnx_outputs(path):
     return session.run(None, {session.get_inputs()[0].name: PIXELS})[0]
 
 
+@pytest.mark.slow
 def test_sigmoid_head_serves_sigmoid_probabilities(multilabel, tmp_path):
     model, expected = multilabel
     # hf: validated by transformers in a fresh process, against the same sigmoid reference.

@@ -88,6 +88,7 @@ def test_install_hint_names_this_distribution():
     assert install_hint("plot") == 'pip install "keras-vision-transformer[plot]"'
 
 
+@pytest.mark.slow
 def test_train_without_tensorflow_datasets(tmp_path):
     result = _without("train", ["from keras_vit import training; from keras_vit.training import data; "
                                 "data.open_source(training.TrainConfig.create('scratch', model='Mu/4', "
@@ -97,6 +98,7 @@ def test_train_without_tensorflow_datasets(tmp_path):
     _assert_one_line(result, "train", "train")
 
 
+@pytest.mark.slow
 def test_hub_sources_without_huggingface_hub(photo):
     calls = [f"import keras_vit; keras_vit.from_pretrained({source!r})"
              for source in ("hf:google/vit-base-patch16-224", "timm:vit_tiny_patch16_224.augreg_in21k")]
@@ -104,6 +106,7 @@ def test_hub_sources_without_huggingface_hub(photo):
     _assert_one_line(result, "hub", "predict")
 
 
+@pytest.mark.slow
 def test_figures_without_matplotlib(saved_model, photo, tmp_path):
     result = _without("plot", ["import numpy as np; from keras_vit.inspection import plots; "
                                f"plots.plot_position_similarity(np.zeros((4, 4, 4, 4)), {str(tmp_path / 'p.png')!r})"],
@@ -113,6 +116,7 @@ def test_figures_without_matplotlib(saved_model, photo, tmp_path):
     assert not (tmp_path / "figures").exists()  # refused before any folder is made
 
 
+@pytest.mark.slow
 def test_the_core_works_with_every_extra_and_former_dependency_missing():
     blocked = [name for names in EXTRAS.values() for name in names] + FORMER
     result = _run(blocked, """

@@ -51,6 +51,7 @@ def images():
 
 @pytest.mark.parametrize("family", sorted(FAMILIES))
 @pytest.mark.parametrize("include_top", [True, False])
+@pytest.mark.slow
 def test_round_trips_and_compiles(family, include_top, images, tmp_path):
     model = build(family, include_top=include_top)
     out = np.asarray(model(images))
@@ -162,6 +163,15 @@ def test_forward_intermediates_refuses_bad_indices(images):
         model.forward_intermediates(images, indices=[5])
     with pytest.raises(ValueError, match="output_format must be"):
         model.forward_intermediates(images, output_format="NCHW")
+
+
+def test_an_unknown_feature_export_format_is_one_line_naming_the_known_ones(tmp_path):
+    from keras_vit.errors import UserError
+    from keras_vit.export.features import export_features
+
+    with pytest.raises(UserError, match=r"Unknown feature export format\(s\) \['onnx'\]: use saved_model, tflite"):
+        export_features(build("vit"), str(tmp_path), formats=("saved_model", "onnx"))
+    assert not any(tmp_path.iterdir())  # refused before writing anything
 
 
 @pytest.mark.slow

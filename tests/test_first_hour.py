@@ -67,6 +67,7 @@ def test_22_1_running_out_of_memory_is_one_line_with_the_ways_out(photos, tmp_pa
     assert "--accum-steps" in err[0] and "--remat" in err[0] and "Traceback" not in err[0]
 
 
+@pytest.mark.slow
 def test_22_10_top5_is_not_reported_for_three_classes_and_tensorboard_is_named(photos, tmp_path, capsys):
     workdir = tmp_path / "run"
     code = main(["train", "--model", "Mu/4", "--patch-size", "8", "--image-size", "32", "--recipe", "scratch",
@@ -84,6 +85,7 @@ def test_22_10_top5_is_not_reported_for_three_classes_and_tensorboard_is_named(p
     assert np.isfinite(results["eval"]["loss"])
 
 
+@pytest.mark.slow
 def test_22_9_the_ctrl_c_line_starts_a_line_of_its_own(photos, tmp_path, capsys, monkeypatch):
     import signal
 

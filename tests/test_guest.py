@@ -14,6 +14,8 @@ import re
 import subprocess
 import sys
 
+import pytest
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 PROBE = r"""
@@ -43,6 +45,7 @@ def _probe(first_import):
     return state
 
 
+@pytest.mark.slow
 def test_importing_keras_vit_first_leaves_the_process_as_tensorflow_alone_would():
     alone, guest = _probe("nothing"), _probe("keras_vit")
     assert guest["env"] == alone["env"]
@@ -53,6 +56,7 @@ def test_importing_keras_vit_first_leaves_the_process_as_tensorflow_alone_would(
     assert any("TensorFlow" in line or "cuda" in line.lower() for line in guest["stderr"]), guest["stderr"]
 
 
+@pytest.mark.slow
 def test_keras_vit_registers_its_layers_with_keras_on_import():
     script = ("import keras_vit, keras\n"
               "print(sorted(k for k in keras.saving.get_custom_objects() if k.startswith('keras_vit>'))[:3])\n")

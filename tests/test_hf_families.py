@@ -246,6 +246,7 @@ def read(directory):
 # --- the adapter alone ---
 
 @pytest.mark.parametrize("name", sorted(CASES))
+@pytest.mark.slow
 def test_every_tensor_is_mapped_to_the_models_key_and_shape(tmp_path, name):
     _, directory = saved(tmp_path, name)
     hf, tensors = read(directory)

@@ -134,6 +134,7 @@ def test_resize_scale_and_preprocess_input_are_one_rule():
 
 
 @pytest.mark.parametrize("channels", [1, 3])
+@pytest.mark.slow
 def test_saved_model_serving_bytes_decodes_as_keras_vit_images(tmp_path, channels):
     from keras_vit.export import saved_model
 

@@ -239,6 +239,7 @@ def imported_after(module, first="sys"):
     return set(done.stdout.split())
 
 
+@pytest.mark.slow
 def test_the_command_lines_import_of_keras_vit_starts_neither_keras_nor_tensorflow():
     """The `keras-vit` command (keras_vit_cli) answers --help at once; a program's
     `import keras_vit` imports Keras, to register the layers (#30, tests/test_guest.py)."""
@@ -249,12 +250,14 @@ def test_the_command_lines_import_of_keras_vit_starts_neither_keras_nor_tensorfl
 
 @pytest.mark.parametrize("module", ["keras_vit.model", "keras_vit.pretrained", "keras_vit.model_source",
                                     "keras_vit.export.pipeline", "keras_vit.inspection.figures"])
+@pytest.mark.slow
 def test_below_the_trainer_nothing_loads_it(module):
     loaded = imported_after(module)
     assert module in loaded
     assert not any(name.startswith("keras_vit.training") for name in loaded), sorted(loaded)
 
 
+@pytest.mark.slow
 def test_the_shared_homes_stand_alone():
     loaded = imported_after("keras_vit.mnist5k") | imported_after("keras_vit.runs")
     assert not any(name.startswith(("keras_vit.training", "keras_vit.export", "keras_vit.inspection"))

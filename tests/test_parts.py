@@ -89,12 +89,14 @@ def test_every_weight_of_every_family_is_in_its_hand_written_group(family, inclu
     assert ("classifier" in found) == include_top
 
 
+@pytest.mark.slow
 def test_every_variant_is_described():
     """The named variants' structures (at a small width): every key has its hand-written group."""
     for name, config in VARIANTS.items():
         _check_groups(build(small(config)))
 
 
+@pytest.mark.slow
 def test_the_layer_handles_and_the_keys_agree():
     """parts.HANDLES (the layers by their handle on the model, what masked-patch
     freezing reads) puts each layer where its weights' keys put them."""

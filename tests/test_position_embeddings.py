@@ -214,6 +214,7 @@ def test_official_writer_still_writes_learned_1d(tmp_path, rng):
 # --- the trainer ---------------------------------------------------------------------
 
 @pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.slow
 def test_trains_through_the_trainer_and_its_model_file_loads(tmp_path, kind):
     from keras_vit.training import train
     from tests.training_helpers import TINY, tiny_config as tiny_run

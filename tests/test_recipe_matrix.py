@@ -94,6 +94,7 @@ SMALL = ViTConfig(patch_size=8, hidden_size=32, mlp_dim=64, num_heads=2, num_lay
 
 
 @pytest.mark.parametrize("recipe", sorted(RECIPES))
+@pytest.mark.slow
 def test_every_recipe_trains_on_a_folder_of_photos_through_the_cli(recipe, data, tmp_path):
     """The command a user pastes, whole: `keras-vit train --recipe R --dataset folder:...`."""
     workdir = tmp_path / "run"

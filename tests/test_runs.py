@@ -87,6 +87,7 @@ def test_truncated_keras_file_is_reported_as_unreadable(run_folder, tmp_path):
         runs.load_model(tmp_path / "t.keras")
 
 
+@pytest.mark.slow
 def test_keras_load_model_after_a_plain_import_keras_vit(run_folder):
     """After `import keras_vit` (no hook: it registers its layers as it imports), keras.saving.load_model finds them."""
     folder, _ = run_folder

@@ -168,6 +168,7 @@ def reference(model, pixels):
 # --- the contract ---
 
 @pytest.mark.parametrize("batch", [1, 4])
+@pytest.mark.slow
 def test_row_format_float_pixels(served, batch):
     model, url = served
     pixels = np.random.default_rng(batch).integers(0, 256, (batch, 16, 16, 3)).astype(np.float32)
@@ -315,6 +316,7 @@ def predicted(exported, tmp_path_factory):
             for name, path in paths.items()}
 
 
+@pytest.mark.slow
 def test_bytes_in_a_fresh_process_are_the_pixels_and_probabilities_of_keras_vit_predict(exported, predicted,
                                                                                            tmp_path):
     _, saved_model = exported

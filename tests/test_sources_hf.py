@@ -25,6 +25,7 @@ def hf_config(**overrides):
     return transformers.ViTConfig(**base)
 
 
+@pytest.mark.slow
 def test_classifier_directory_loads_with_transformers_logits(tmp_path):
     config = hf_config(num_labels=3, id2label={0: "cat", 1: "dog", 2: "tea"}, label2id={"cat": 0, "dog": 1, "tea": 2})
     assert config.hidden_act == "gelu" and config.layer_norm_eps == 1e-12

@@ -89,6 +89,7 @@ def test_feature_extraction_of_several_models_and_batch_sizes_does_not_retrace()
     assert [model.predict_function.experimental_get_tracing_count() for model in models] == [2, 2, 2]
 
 
+@pytest.mark.slow
 def test_training_on_a_tf_data_dataset_makes_tensorflow_warn_nothing(tmp_path):
     """#30: AutoGraph could not transform the lambdas that hold out every 10th example."""
     import tensorflow as tf

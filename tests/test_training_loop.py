@@ -22,6 +22,7 @@ def learned(tmp_path_factory):
     return workdir, training.train(config)
 
 
+@pytest.mark.slow
 def test_mnist_digits_learn(learned):
     workdir, results = learned
     # 10 balanced classes: chance is 0.1.
@@ -64,6 +65,7 @@ def test_weights_from_a_workdir_transfer_the_encoder(learned, tmp_path):
     assert not np.any(target["head/kernel"])  # a new, zero-initialised head
 
 
+@pytest.mark.slow
 def test_accumulation_equals_the_large_batch(tmp_path):
     one = training.train(tiny_config(tmp_path / "one", batch_size=32, steps=3))
     two = training.train(tiny_config(tmp_path / "two", batch_size=32, steps=3, accum_steps=2))
@@ -103,6 +105,7 @@ def test_nan_loss_stops_and_keeps_the_last_good_checkpoint(tmp_path):
     assert not (tmp_path / "model.keras").exists()
 
 
+@pytest.mark.slow
 def test_incompatible_workdir_is_an_error_and_untouched(tmp_path):
     training.train(tiny_config(tmp_path, steps=2))
     before = {p.name: p.read_bytes() for p in (tmp_path / "checkpoints").iterdir()}
@@ -114,6 +117,7 @@ def test_incompatible_workdir_is_an_error_and_untouched(tmp_path):
 
 
 @pytest.mark.parametrize("steps_per_loop, signal_at, checkpoint_at", [(1, 2, 2), (3, 1, 3)])
+@pytest.mark.slow
 def test_sigterm_checkpoints_at_the_loop_boundary_then_the_same_call_resumes(
         tmp_path, steps_per_loop, signal_at, checkpoint_at):
     config = tiny_config(tmp_path, steps=6, checkpoint_every=100, steps_per_loop=steps_per_loop)
@@ -132,6 +136,7 @@ def test_sigterm_checkpoints_at_the_loop_boundary_then_the_same_call_resumes(
 
 
 @pytest.mark.parametrize("precision", ["mixed_bfloat16", "mixed_float16"])
+@pytest.mark.slow
 def test_mixed_precision_trains_and_writes_a_float32_model(tmp_path, precision):
     import keras
 
@@ -156,6 +161,7 @@ def _rewrite_checkpoint(path, change):
         np.savez(f, **arrays)
 
 
+@pytest.mark.slow
 def test_resume_matches_variables_by_name_and_refuses_other_names(tmp_path):
     """q, k and v kernels share one shape: a checkpoint whose stored order
     differs must still put each array where its name says (#29)."""
@@ -190,6 +196,7 @@ def test_resume_matches_variables_by_name_and_refuses_other_names(tmp_path):
         training.train(tiny_config(tmp_path, steps=4, checkpoint_every=2))
 
 
+@pytest.mark.slow
 def test_training_figures_average_over_the_examples_that_count(tmp_path):
     """A zero-initialised head gives every class the same logit: each counted
     example's loss is exactly ln(classes), whatever weighs 0 in the batch.
@@ -229,6 +236,7 @@ def test_training_figures_average_over_the_examples_that_count(tmp_path):
     assert logs[0]["loss"] == pytest.approx(np.log(3), rel=1e-5)
 
 
+@pytest.mark.slow
 def test_a_custom_tasks_export_holds_the_moving_average(tmp_path):
     """A Task whose export_model returns the model itself: model.keras must
     hold the EMA weights, not the trained ones (#29)."""

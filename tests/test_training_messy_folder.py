@@ -36,6 +36,7 @@ def _config(root, **overrides):
     return TrainConfig.create("scratch", model="Mu/4", dataset=f"folder:{root}", progress=False, **overrides)
 
 
+@pytest.mark.slow
 def test_messy_folder_trains_through_the_cli_naming_the_broken_files(messy, tmp_path, capsys):
     root, kinds = messy
     assert main(["train", "--dataset", f"folder:{root}", "--workdir", str(tmp_path / "run"), *TRAIN]) == 0

@@ -50,6 +50,7 @@ def test_a_warmup_longer_than_half_the_run_is_named_with_the_fix():
     assert _plan(batch_size=100, steps=20, warmup_steps=2, ema=0.5).warnings == ()
 
 
+@pytest.mark.slow
 def test_an_epoch_counted_recipe_reaches_its_peak_in_a_short_run(tmp_path):
     """--recipe deit --steps 20 on a small dataset: the learning rate climbs to
     its peak and decays (it stayed near 0 when the warmup was 6,255 steps)."""

@@ -65,6 +65,7 @@ def test_layer_decay_scales_each_depth_geometrically():
 
 @pytest.mark.parametrize("fields", [dict(optimizer="sgd", momentum=0.9), dict(optimizer="adam", momentum=0.9),
                                     dict(optimizer="adamw", momentum=0.9)], ids=lambda f: f["optimizer"])
+@pytest.mark.slow
 def test_layer_decay_is_the_base_rule_at_a_scaled_rate(fields):
     # Two steps (so that momenta count): each variable moves as the same
     # optimizer without layer decay moves it at learning rate x its scale.
@@ -121,6 +122,7 @@ def test_the_moving_average_is_the_hand_computed_one_and_swaps_in_and_out():
     np.testing.assert_array_equal(kernel.numpy(), values[-1])
 
 
+@pytest.mark.slow
 def test_ema_runs_evaluate_and_export_the_average_and_checkpoint_both(tmp_path):
     import keras
 
@@ -162,6 +164,7 @@ def test_mixed_targets_weigh_both_labels_then_smooth():
     np.testing.assert_allclose(targets[0], np.array([0, 0.7, 0.3, 0]) * 0.9 + 0.025, rtol=1e-6)
 
 
+@pytest.mark.slow
 def test_learning_rate_scales_with_the_batch_and_epochs_become_steps(tmp_path):
     recipe = _recipe(learning_rate=5e-4, lr_base_batch=512, batch_size=1024)
     assert recipe.peak_learning_rate == pytest.approx(1e-3)
@@ -171,6 +174,7 @@ def test_learning_rate_scales_with_the_batch_and_epochs_become_steps(tmp_path):
     assert results["steps"] == 25 and results["plan"]["steps"] == 25 and results["plan"]["recipe"]["steps"] == 25
 
 
+@pytest.mark.slow
 def test_any_batch_mixes_and_a_resume_inside_a_mixing_group_mixes_as_before():
     """Mixup/CutMix groups (2 x repeated_augmentation = 4 here) may span
     batches of 5; a stream resumed in the middle of a group (15 examples

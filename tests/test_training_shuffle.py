@@ -118,6 +118,7 @@ def _write_records(folder, per_file_labels, per_file=200):
     return folder
 
 
+@pytest.mark.slow
 def test_record_files_are_reordered_and_interleaved_each_epoch(tmp_path):
     root = _write_records(tmp_path / "records", per_file_labels=list(range(20)))  # 4,000 records, one class a file
     config = _config(dataset=f"tfrecord:{root}", num_classes=20)

@@ -58,6 +58,7 @@ def test_list_csv_and_json_with_names_or_ids(pictures, tmp_path):
     assert _values(source, "eval") == [(80, 1), (169, 2)]
 
 
+@pytest.mark.slow
 def test_train_on_a_tf_data_dataset_holds_out_every_10th_example(tmp_path):
     (x, y), _ = data_lib.load_mnist5k()
     ds = tf.data.Dataset.from_tensor_slices((x[:200], y[:200]))
@@ -81,6 +82,7 @@ def test_a_train_eval_pair_of_batched_dict_datasets():
         data_lib.open_source(_config(), [1, 2, 3])
 
 
+@pytest.mark.slow
 def test_a_keras_directory_dataset_is_reread_through_keras_vit_images(pictures, tmp_path):
     ds = keras.utils.image_dataset_from_directory(str(pictures), image_size=(6, 6), batch_size=4, seed=1)
     source = data_lib.open_source(_config(), ds)

@@ -87,6 +87,7 @@ def test_one_registry_and_make_task():
         make_task(scratch.replace(task="colour"))
 
 
+@pytest.mark.slow
 def test_train_cli_with_zero_steps_evaluates_the_zero_head_at_initialisation(tmp_path, capsys):
     # A fresh model's head is zero: every logit ties, so no top-k hit at all
     # (tf.nn.in_top_k reported top-5 1.0 here).

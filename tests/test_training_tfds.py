@@ -84,6 +84,7 @@ def test_two_input_pipelines_read_disjoint_halves_covering_the_split(prepared):
         assert sorted(firsts) == sorted(seen[index])
 
 
+@pytest.mark.slow
 def test_trains_end_to_end_through_the_cli(prepared, tmp_path):
     workdir = tmp_path / "run"
     assert main(["train", "--dataset", f"tfds:{prepared[1]}", "--workdir", str(workdir), "--model", "Mu/4",

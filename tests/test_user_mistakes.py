@@ -156,6 +156,7 @@ def finished(tmp_path_factory):
     return workdir
 
 
+@pytest.mark.slow
 def test_another_patch_size_names_only_the_keys_that_differ(finished, capsys):
     assert main([*TRAIN_2, "--patch-size", "4", "--workdir", str(finished)]) == 2
     line = capsys.readouterr().err.strip()
@@ -163,6 +164,7 @@ def test_another_patch_size_names_only_the_keys_that_differ(finished, capsys):
     assert len(line.replace(str(finished), "W")) < 400, line  # was 1.5 KB: both whole configs
 
 
+@pytest.mark.slow
 def test_fine_tuning_says_the_head_was_dropped_and_no_progress_keeps_the_description(finished, tmp_path, capsys):
     assert main([*TRAIN_2, "--weights", str(finished), "--workdir", str(tmp_path / "ft")]) == 0
     out, err = capsys.readouterr()

@@ -96,6 +96,7 @@ def built():
 
 
 @pytest.mark.parametrize("name", sorted(FAMILY_COUNTS))
+@pytest.mark.slow
 def test_family_parameter_count(name, built):
     count, canonical, _ = built[name]
     assert count == FAMILY_COUNTS[name]
@@ -103,6 +104,7 @@ def test_family_parameter_count(name, built):
 
 
 @pytest.mark.parametrize("name", sorted(PARAMETER_COUNTS))
+@pytest.mark.slow
 def test_parameter_count(name, built):
     count, canonical, _ = built[name]
     assert count == PARAMETER_COUNTS[name]

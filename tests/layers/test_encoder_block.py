@@ -84,6 +84,7 @@ def _twin_blocks(rng, shape):
     return blocks
 
 
+@pytest.mark.slow
 def test_rematerialised_block_has_the_same_outputs_and_gradients_with_dropout(rng):
     # Dropout, attention dropout and stochastic depth all on: the recomputed
     # forward pass must draw the same masks, or the gradients would differ.
