@@ -110,8 +110,8 @@ def test_dinov2_with_registers_trains_predicts_inspects_and_exports(photos, tmp_
 @pytest.mark.parametrize("family", ["deit_with_teacher", "clip_with_projection"])
 def test_a_family_checkpoint_fine_tunes(family, photos, tmp_path, capsys):
     """DeiT's two heads (the distillation head dropped with the head, both
-    starting at -log(classes) for the sigmoid loss, features read from the
-    class and distillation tokens); CLIP's projection kept as the encoder's."""
+    starting at -log(classes) for the sigmoid loss, few-shot features read
+    from the class token, as without a head); CLIP's projection kept as the encoder's."""
     from keras_vit.training.tasks.classification import ClassificationTask
     from keras_vit.training.transfer import apply_weights, resolve_weights
 

@@ -181,3 +181,27 @@ def test_transfer_drops_the_classifiers_and_keeps_every_other_part():
     kept = transfer._encoder(params)
     assert set(params) - set(kept) == {"head/kernel", "head/bias", "head_dist/kernel", "head_dist/bias"}
     assert {"dist_token", "cls", "Transformer/encoder_norm/scale"} <= set(kept)
+
+
+@pytest.mark.parametrize("family", ["deit", "clip", "siglip", "vit_gap_repr"])
+def test_few_shot_include_top_false_and_forward_stages_read_one_vector(family):
+    """One read-out (#38 item 4): the few-shot probe's features, the model
+    without its head (the same weights) and forward_stages' pre-logits are one
+    vector; for DeiT's distillation head, the class token's embedding."""
+    from keras_vit.training.tasks.classification import ClassificationTask
+
+    config = keras_vit.ViTConfig(**{**BASE, **FAMILIES[family]})
+    model = build(config)
+    perturbed = [w + np.random.default_rng(1).normal(size=w.shape).astype("float32") * 0.3
+                 for w in model.get_weights()]
+    model.set_weights(perturbed)
+    headless = build(config, include_top=False)
+    headless.set_weights(perturbed[:len(headless.get_weights())])  # the head's weights come last
+    images = np.random.default_rng(2).uniform(-1, 1, (2, 16, 16, 3)).astype("float32")
+    probe = np.asarray(ClassificationTask().feature_model(model)(images))
+    np.testing.assert_allclose(probe, np.asarray(headless(images)), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(probe, np.asarray(model.forward_stages(images, attention=False)["pre_logits"]),
+                               rtol=1e-5, atol=1e-5)
+    if family == "deit":  # the class token's embedding, not the mean with the distillation token
+        tokens = np.asarray(model.forward_stages(images, attention=False)["tokens"])
+        np.testing.assert_allclose(probe, tokens[:, 0], rtol=1e-5, atol=1e-5)

@@ -8,23 +8,28 @@ import keras
 import tensorflow as tf
 
 from keras_vit.layers import DistillationHead
-from keras_vit.model import ViT, head_layers
+from keras_vit.model import ViT, head_layers, pooled_embedding
 from keras_vit.training.tasks.base import Task
 from keras_vit.training.tasks.metrics import top_k_hits
 from keras_vit.variants import get_variant
 
 
 def head_features(model):
-    """The (B, D) vector the classifier reads, as a symbolic tensor of `model`'s
-    graph: the head's input (pre-logits if the model has them, else the pooled
-    embedding), the model's output without a head, and for DeiT's distillation
-    head (which reads the tokens) the mean of its class and distillation
-    tokens, as timm's pre-logits of a distilled DeiT."""
+    """The (B, D) image embedding the classifier reads, as a symbolic tensor
+    of `model`'s graph: the model's one read-out (`pooled_embedding`: pooling,
+    [pooled norm], [projection], [pre-logits]), the vector `include_top=False`
+    returns, `forward_stages()["pre_logits"]` holds and the feature exports
+    give, so that few-shot figures measure what users export.
+
+    DeiT's distillation head reads the class and distillation tokens itself;
+    its embedding is the class token's, as transformers' DeiTModel and this
+    model without a head give (timm's pre-logits average the two tokens
+    instead; one rule here, so that the few-shot figure and an exported
+    embedding are the same vector)."""
     if model.head is None:
         return model.outputs
     if isinstance(model.head, DistillationHead):
-        tokens = model.head.input  # (B, T, D): the encoder's output
-        return (tokens[:, 0] + tokens[:, 1]) / 2.0
+        return pooled_embedding(model.head.input, model)  # the head's input: the encoder's tokens
     return model.head.input
 
 
