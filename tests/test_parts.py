@@ -158,8 +158,9 @@ def test_weight_decay_reaches_the_kernels_of_every_part_only():
 
 
 def test_a_tasks_own_head_outside_the_vit_gets_the_heads_rate():
-    """Masked patch prediction wraps the ViT: its colour head is the task's head (scale 1),
-    the ViT's parts keep their depth, and the read-out and classifier it does not use are frozen."""
+    """Masked patch prediction wraps the ViT: its colour head is the task's head (scale 1), its
+    mask token sits at the stem's depth, the ViT's parts keep theirs, and the read-out and
+    classifier it does not use are frozen."""
     from keras_vit.training.tasks.masked_patch import MaskedPatchTask
 
     config = keras_vit.ViTConfig(**{**BASE, **FAMILIES["clip"]})
@@ -169,10 +170,19 @@ def test_a_tasks_own_head_outside_the_vit_gets_the_heads_rate():
     vit = transfer.find_vit(model)
     assert scales[model.colour_head.kernel.path] == 1.0
     assert scales[vit.patch_embedding.projection.kernel.path] == 0.5 ** 4
+    assert scales[model.corruption.mask_embedding.path] == 0.5 ** 4  # the mask token: the stem's rate, as BEiT's
     frozen = {v.path for v in vit.weights} - {v.path for v in model.trainable_variables}
     expected_frozen = {v.path for k, v in variables_by_key(vit).items()
                        if expected_part(k)[0] in ("readout", "classifier")}
     assert frozen == expected_frozen and any("projection" in p for p in frozen)
+
+
+def test_layer_decay_on_a_model_without_a_vit_is_one_line():
+    from keras_vit.errors import UserError
+
+    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(2, name="dense")], name="plain")
+    with pytest.raises(UserError, match="layer_decay needs a keras_vit.ViT in the model.*plain holds none"):
+        optimization.make_optimizer(_recipe(layer_decay=0.5), "float32", model)
 
 
 def test_transfer_drops_the_classifiers_and_keeps_every_other_part():

@@ -33,20 +33,23 @@ _MANY = "import json, sys\nfrom tests import training_worker\nfor spec in json.l
 
 
 def _launch_many(specs):
-    return subprocess.Popen(
+    process = subprocess.Popen(
         [sys.executable, "-c", _MANY, json.dumps(specs)], cwd=ROOT,
         env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"},
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    process.runs = len(specs)  # runs one after another: each gets a single run's time limit
+    return process
 
 
 def _finish(process, expect_rc=0, every=False):
     """-> the last RESULT line's object (every: the list of all of them, in order)."""
+    timeout = TIMEOUT * getattr(process, "runs", 1)
     try:
-        out, err = process.communicate(timeout=TIMEOUT)
+        out, err = process.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
         process.kill()
         out, err = process.communicate()
-        raise AssertionError(f"worker timed out after {TIMEOUT}s\n{err[-3000:]}")
+        raise AssertionError(f"worker timed out after {timeout}s\n{err[-3000:]}")
     assert process.returncode == expect_rc, f"rc {process.returncode}\n{out[-2000:]}\n{err[-5000:]}"
     results = [json.loads(line[len("RESULT "):]) for line in out.splitlines() if line.startswith("RESULT ")]
     if every:

@@ -9,6 +9,7 @@ import keras
 import tensorflow as tf
 from keras import ops
 
+from keras_vit.errors import UserError
 from keras_vit.model import vits_in, weight_parts_of
 from keras_vit.weights.parts import weight_parts
 
@@ -55,13 +56,21 @@ def layer_scales(model, rate: float) -> dict:
     rate ** (num_layers + 1 - depth), depth from the parts description (the
     stem 0, block i i + 1, the head side num_layers + 1: final norm, MAP head,
     pooled norm, projection, pre-logits and heads all at the head's rate).
-    A task's own layers outside the ViT (masked patch prediction's colour
-    head) are its head: scale 1."""
+    A task's wrapper around the ViT names its own stem-side layers in
+    `stem_layers` (masked patch prediction's mask token: depth 0, as BEiT's);
+    its other layers (the colour head) are its head: scale 1."""
     scales = {v.path: 1.0 for v in getattr(model, "trainable_variables", ())}
-    for vit in vits_in(model) if model is not None else ():
+    vits = vits_in(model) if model is not None else []
+    if model is not None and not vits:
+        raise UserError(f"layer_decay needs a keras_vit.ViT in the model (its parts give each weight's depth); "
+                        f"{model.name} holds none: train without layer_decay.")
+    for vit in vits:
         num_layers = vit.config.num_layers
         for path, part in weight_parts(vit).items():
             scales[path] = rate ** (num_layers + 1 - part.depth(num_layers))
+    for layer in getattr(model, "stem_layers", ()):
+        for variable in layer.trainable_variables:
+            scales[variable.path] = rate ** (vits[0].config.num_layers + 1)
     return scales
 
 

@@ -18,8 +18,9 @@ def head_features(model):
     """The (B, D) image embedding the classifier reads, as a symbolic tensor
     of `model`'s graph: the model's one read-out (`pooled_embedding`: pooling,
     [pooled norm], [projection], [pre-logits]), the vector `include_top=False`
-    returns, `forward_stages()["pre_logits"]` holds and the feature exports
-    give, so that few-shot figures measure what users export.
+    returns (and an exported `include_top=False` model gives) and
+    `forward_stages()["pre_logits"]` holds, so that few-shot figures measure
+    the embedding users export.
 
     DeiT's distillation head reads the class and distillation tokens itself;
     its embedding is the class token's, as transformers' DeiTModel and this

@@ -141,6 +141,8 @@ class MaskedPatchModel(keras.Model):
         super().__init__(**kwargs)
         self.vit = vit
         self.corruption = corruption
+        # Its mask token stands in for patch embeddings: the stem's side for layer-wise decay.
+        self.stem_layers = (corruption,)
         # float32 logits under mixed precision, as the ViT's own head.
         self.colour_head = keras.layers.Dense(num_classes, name="colour_head", dtype="float32")
         tokens_shape = (None, vit.grid_size[0] * vit.grid_size[1], vit.config.hidden_size)
