@@ -12,7 +12,7 @@ import numpy as np
 from keras_vit import storage
 from keras_vit.errors import UserError
 from keras_vit.weights.layout import official_layout_error, variables_by_key
-from keras_vit.weights.parts import CLASSIFIERS
+from keras_vit.weights.parts import CLASSIFIER_ROOTS
 from keras_vit.weights.resize import COLUMN_SUFFIX, POSEMB_1D_SUFFIX, RELATIVE_SUFFIX, ROW_SUFFIX, \
     resize_position_params
 from keras_vit.weights.patch_resize import resize_patch_params
@@ -66,7 +66,7 @@ def load_checkpoint(model, params: Mapping[str, np.ndarray], old_grid=None) -> N
         if _is_group_norm_param(key) and params[key].ndim == 4:
             params[key] = params[key].reshape(-1)
 
-    for head in CLASSIFIERS:  # the head, and DeiT's second one on the distillation token
+    for head in CLASSIFIER_ROOTS:  # the head, and DeiT's second one on the distillation token
         _fit_head(head, params, expected)
 
     if model.pre_logits is None and "pre_logits/kernel" in params:

@@ -30,7 +30,6 @@ from typing import Dict, Optional
 from keras_vit.weights.layout import variables_by_key
 
 STEM, BLOCK, FINAL_NORM, READOUT, CLASSIFIER = "stem", "block", "final_norm", "readout", "classifier"
-HEAD_SIDE = (FINAL_NORM, READOUT, CLASSIFIER)
 
 # The first part of a key -> its group (keys under "Transformer/" are told apart below).
 _ROOTS = {
@@ -40,7 +39,7 @@ _ROOTS = {
     "head": CLASSIFIER, "head_dist": CLASSIFIER,
 }
 # The classifiers' layers by checkpoint name: the head, and DeiT's second one on the distillation token.
-CLASSIFIERS = tuple(root for root, group in _ROOTS.items() if group == CLASSIFIER)
+CLASSIFIER_ROOTS = tuple(root for root, group in _ROOTS.items() if group == CLASSIFIER)
 # ViT's layer handles (model.PARTS) -> their group; "encoder" holds the blocks and the final norm.
 HANDLES = {
     "preprocessing": STEM, "padding": STEM, "resnet": STEM, "patch_embedding": STEM, "class_token": STEM,
@@ -97,7 +96,7 @@ def is_classifier(key: str) -> bool:
     """Whether `key` is a classification head's weight (DeiT's second head
     included). Any key may be asked: a file's key no model has is for the
     loader to name, not for this test to refuse."""
-    return key.split("/")[0] in CLASSIFIERS
+    return key.split("/")[0] in CLASSIFIER_ROOTS
 
 
 def weight_parts(vit) -> Dict[str, WeightPart]:
