@@ -72,5 +72,9 @@ def test_export_non_square_fixed_and_dynamic(run, tmp_path, capsys):
     assert "[export]" not in printed and printed.splitlines()[-1].startswith("export passed"), printed
     report = json.loads((tmp_path / "fixed" / "report.json").read_text())
     assert report["model"]["input_shape"] == [21, 35, 1] and report["passed"]
-    assert main(["export", str(workdir), "--out", str(tmp_path / "any"), "--dynamic-image-size", *common]) == 0
-    assert json.loads((tmp_path / "any" / "report.json").read_text())["model"]["dynamic_image_size"]
+    # Any size as TFLite (a SavedModel of a dynamic non-square model: tests/test_export_dynamic.py, at 16x24).
+    dynamic = [*common[:1], "tflite", *common[2:]]
+    assert main(["export", str(workdir), "--out", str(tmp_path / "any"), "--dynamic-image-size", *dynamic]) == 0
+    report = json.loads((tmp_path / "any" / "report.json").read_text())
+    assert report["model"]["dynamic_image_size"] and report["model"]["input_shape"] == [21, 35, 1]
+    assert report["passed"] and [a["format"] for a in report["artifacts"]] == ["tflite"]

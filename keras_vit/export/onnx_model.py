@@ -7,6 +7,9 @@ of the official ViT converts; the exact one would need Erf/Erfc ops.
 
 from __future__ import annotations
 
+import contextlib
+import os
+
 from keras_vit.errors import UserError, require
 from keras_vit.export.format import Build, ExportFormat
 
@@ -40,7 +43,32 @@ def write(model, path):
         height = width = None
     spec = tf.TensorSpec((None, height, width, channels), tf.float32, name="images")
     fn = tf.function(lambda images: {"probabilities": serving.probabilities(model, images)})
-    tf2onnx.convert.from_function(fn, input_signature=[spec], opset=OPSET, output_path=path)
+    try:
+        with _optimizer_errors_raised():
+            tf2onnx.convert.from_function(fn, input_signature=[spec], opset=OPSET, output_path=path)
+    except Exception:  # noqa: BLE001 - an optimizer failed: tf2onnx's default, which leaves that step out
+        tf2onnx.convert.from_function(fn, input_signature=[spec], opset=OPSET, output_path=path)
+
+
+@contextlib.contextmanager
+def _optimizer_errors_raised():
+    """tf2onnx (its TF2ONNX_CATCH_ERRORS) with each graph optimizer run in place:
+    by default it deep-copies the whole graph before each of its ~36 optimizer
+    passes, to carry on without one that fails, and those copies were half of a
+    conversion's time. When all pass the model is the same; when one fails,
+    `write` converts again the default way."""
+    from tf2onnx import constants
+
+    name = constants.ENV_TF2ONNX_CATCH_ERRORS
+    before = os.environ.get(name)
+    os.environ[name] = "FALSE"
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = before
 
 
 def _build(job: Build):

@@ -42,10 +42,25 @@ def probabilities(model, images):
     return scores if returns_probabilities(model) else tf.nn.softmax(scores, axis=-1)
 
 
-def keras_probabilities(model, images, batch_size=64):
-    """The reference every artifact is compared with, computed in this process."""
+def traced_probabilities(model):
+    """`probabilities` of `model` traced once into one graph: float32 pixels of any batch size
+    (and any height and width for a dynamic model). It is the Keras model's own graph, as
+    `model(x, training=False)` runs it; an export traces it once and computes its reference,
+    calibration reference and Keras latency with it (a tf.function per call, or per batch
+    shape, traced the model again each time)."""
+    height, width, channels = input_size(model)
+    if is_dynamic(model):
+        height = width = None
+    spec = tf.TensorSpec((None, height, width, channels), tf.float32)
+    return tf.function(lambda x: probabilities(model, x), input_signature=[spec]).get_concrete_function()
+
+
+def keras_probabilities(model, images, batch_size=256, traced=None):
+    """The reference every artifact is compared with, computed in this process
+    (`traced`: traced_probabilities(model), when the caller has it already)."""
     import numpy as np
 
-    fn = tf.function(lambda x: probabilities(model, x), reduce_retracing=True)
+    fn = traced_probabilities(model) if traced is None else traced
+    images = np.asarray(images, np.float32)
     return np.concatenate([fn(tf.constant(images[i:i + batch_size])).numpy()
                            for i in range(0, len(images), batch_size)])
