@@ -20,8 +20,8 @@ import numpy as np
 
 from keras_vit.config import ResNetConfig, ViTConfig
 from keras_vit.errors import MissingExtra, UserError
-
-POSEMB_KEY = "Transformer/posembed_input/pos_embedding"
+# POSEMB_KEY is the key table's (keras_vit.weights.layout), imported here for the adapters.
+from keras_vit.weights.layout import POSEMB_KEY, block_key, block_of, map_key  # noqa: F401
 
 
 @dataclasses.dataclass
@@ -89,6 +89,35 @@ def refuse_pickle(path) -> None:
     )
 
 
+# --- the numerics and features a source may name, refused once ---
+
+# A source's activation name -> (ViTConfig.mlp_activation, gelu_approximate): transformers'
+# hidden_act names and timm's act_layer names. gelu_new, gelu_fast and timm's gelu_tanh are
+# the tanh approximation written three ways. (SwiGLU is told by its tensors' shapes.)
+ACTIVATIONS = {
+    "gelu": ("gelu", False),
+    "gelu_pytorch_tanh": ("gelu", True),
+    "gelu_new": ("gelu", True),
+    "gelu_fast": ("gelu", True),
+    "gelu_tanh": ("gelu", True),
+    "quick_gelu": ("quick_gelu", False),
+}
+
+
+def activation(name: str, field: str, where: str) -> Tuple[str, bool]:
+    """ACTIVATIONS[name], or the one refusal of an activation keras-vit's MLP does not compute."""
+    if name not in ACTIVATIONS:
+        raise UserError(f"{where} uses {field}={name!r}, which keras-vit's MLP does not compute (GELU, exact or tanh, "
+                        f"QuickGELU and SwiGLU): it cannot be loaded without changing its outputs.")
+    return ACTIVATIONS[name]
+
+
+def no_qkv_bias(where: str) -> UserError:
+    """The one refusal of attention without query/key/value biases (qkv_bias=False)."""
+    return UserError(f"{where} has qkv_bias=False: keras-vit's attention always has query/key/value biases, so "
+                     f"this layout cannot be expressed.")
+
+
 # --- torch layouts -> official (Flax) layouts, shared by the HF and timm adapters ---
 
 def linear_kernel(weight: np.ndarray) -> np.ndarray:
@@ -115,6 +144,88 @@ def out_kernel(weight: np.ndarray, num_heads: int) -> np.ndarray:
     return linear_kernel(weight).reshape(num_heads, -1, weight.shape[0])
 
 
+class Transform:
+    """A source tensor -> its official array (a rule's transform), and back (a writer's)."""
+
+    def __init__(self, forward, backward):
+        self.forward, self.backward = forward, backward
+
+    def __call__(self, array: np.ndarray) -> np.ndarray:
+        return self.forward(array)
+
+
+LINEAR = Transform(linear_kernel, lambda kernel: kernel.T)
+CONV = Transform(conv_kernel, lambda kernel: kernel.transpose(3, 2, 0, 1))
+
+
+def qkv_kernels(heads: int) -> Transform:
+    return Transform(lambda w: qkv_kernel(w, heads), lambda kernel: kernel.reshape(kernel.shape[0], -1).T)
+
+
+def qkv_biases(heads: int) -> Transform:
+    return Transform(lambda b: qkv_bias(b, heads), lambda bias: bias.reshape(-1))
+
+
+def out_kernels(heads: int) -> Transform:
+    return Transform(lambda w: out_kernel(w, heads), lambda kernel: kernel.reshape(-1, kernel.shape[-1]).T)
+
+
+# --- rules: {official key: (source name, transform or None)}, written from the key table ---
+
+def torch_dense(table: dict, ours: str, theirs: str, bias: bool = True, kernel=LINEAR, bias_transform=None) -> None:
+    """A torch Linear `theirs` (.weight, .bias) as the Dense `ours` (/kernel, /bias)."""
+    table[ours + "/kernel"] = (theirs + ".weight", kernel)
+    if bias:
+        table[ours + "/bias"] = (theirs + ".bias", bias_transform)
+
+
+def torch_norm(table: dict, ours: str, theirs: str) -> None:
+    """A torch LayerNorm `theirs` (.weight, .bias) as the LayerNorm `ours` (/scale, /bias)."""
+    table[ours + "/scale"] = (theirs + ".weight", None)
+    table[ours + "/bias"] = (theirs + ".bias", None)
+
+
+def torch_attention(table: dict, ours, theirs: dict, heads: int) -> None:
+    """query, key, value, out: `ours(part)` is our key of a part, `theirs` its torch Linear's name."""
+    for part in ("query", "key", "value"):
+        torch_dense(table, ours(part), theirs[part], kernel=qkv_kernels(heads), bias_transform=qkv_biases(heads))
+    torch_dense(table, ours("out"), theirs["out"], kernel=out_kernels(heads))
+
+
+def torch_block(table: dict, i: int, prefix: str, names: dict, heads: int) -> None:
+    """Rules for encoder block i of a torch layout whose names start with `prefix`; `names`
+    maps our parts (layout.BLOCK_PARTS: query, key, value, out, norm1, norm2, fc1, fc2, and
+    ls1/ls2 naming whole tensors) to the source's modules."""
+    torch_attention(table, lambda part: block_key(i, part), {p: prefix + names[p] for p in names}, heads)
+    for part in ("norm1", "norm2"):
+        torch_norm(table, block_key(i, part), prefix + names[part])
+    for part in ("fc1", "fc2"):
+        torch_dense(table, block_key(i, part), prefix + names[part])
+    for part in ("ls1", "ls2"):
+        if part in names:
+            table[block_key(i, part) + "/scale"] = (prefix + names[part], None)
+
+
+def torch_map_head(table: dict, prefix: str, names: dict, heads: int) -> None:
+    """Rules for a MAP head (layout.MAP_PARTS) of a torch layout: `names` maps probe, query,
+    key, value, out, norm, fc1, fc2 to the source's names under `prefix`."""
+    table[map_key("probe")] = (prefix + names["probe"], None)
+    torch_attention(table, map_key, {p: prefix + names[p] for p in names}, heads)
+    torch_norm(table, map_key("norm"), prefix + names["norm"])
+    for part in ("fc1", "fc2"):
+        torch_dense(table, map_key(part), prefix + names[part])
+
+
+def keras_block(table: dict, i: int, prefix: str, names: dict) -> None:
+    """Rules for encoder block i of a Keras layout (official shapes: kernel/bias, gamma/beta)."""
+    for part in ("query", "key", "value", "out", "fc1", "fc2"):
+        for leaf in ("kernel", "bias"):
+            table[f"{block_key(i, part)}/{leaf}"] = (f"{prefix}{names[part]}/{leaf}", None)
+    for part in ("norm1", "norm2"):
+        table[block_key(i, part) + "/scale"] = (f"{prefix}{names[part]}/gamma", None)
+        table[block_key(i, part) + "/bias"] = (f"{prefix}{names[part]}/beta", None)
+
+
 def rename(tensors: Dict[str, np.ndarray], table) -> Dict[str, np.ndarray]:
     """Applies {official key: (source name, transform or None)}. A source name
     that is absent leaves its official key missing, and a source tensor no
@@ -129,15 +240,11 @@ def rename(tensors: Dict[str, np.ndarray], table) -> Dict[str, np.ndarray]:
     return out
 
 
-def attention_tensors(prefix: str, params: Dict[str, np.ndarray]):
-    """The inverse: torch-layout (weight, bias) for query, key, value, out."""
-    result = []
-    for name in ("query", "key", "value"):
-        kernel = params[f"{prefix}/{name}/kernel"]
-        result.append((kernel.reshape(kernel.shape[0], -1).T, params[f"{prefix}/{name}/bias"].reshape(-1)))
-    kernel = params[f"{prefix}/out/kernel"]
-    result.append((kernel.reshape(-1, kernel.shape[-1]).T, params[f"{prefix}/out/bias"]))
-    return result
+def unrename(params: Dict[str, np.ndarray], table) -> Dict[str, np.ndarray]:
+    """rename's inverse (a writer's): {source name: tensor} for every rule whose key `params`
+    holds; each rule's transform is a Transform (or None)."""
+    return {name: (transform.backward(params[key]) if transform else params[key])
+            for key, (name, transform) in table.items() if key in params}
 
 
 def grid_side(tokens: int, what: str) -> int:
@@ -150,7 +257,6 @@ def grid_side(tokens: int, what: str) -> int:
 
 # --- the official layout: the architecture from the shapes alone ---
 
-_BLOCK = re.compile(r"Transformer/encoderblock_(\d+)/")
 _UNIT = re.compile(r"block(\d+)/unit(\d+)/")
 
 
@@ -158,9 +264,9 @@ def infer_official_config(params: Dict[str, np.ndarray], source: str = "") -> Ch
     """The architecture of an official-layout checkpoint, read from its tensor shapes."""
     try:
         embedding = params["embedding/kernel"]  # (p, p, C, D)
-        blocks = {int(m.group(1)) for key in params for m in [_BLOCK.match(key)] if m}
-        query = params["Transformer/encoderblock_0/MultiHeadDotProductAttention_1/query/kernel"]
-        mlp = params["Transformer/encoderblock_0/MlpBlock_3/Dense_0/kernel"]
+        blocks = {block_of(key) for key in params} - {None}
+        query = params[block_key(0, "query") + "/kernel"]
+        mlp = params[block_key(0, "fc1") + "/kernel"]
         posemb = params[POSEMB_KEY]
     except KeyError as error:
         raise UserError(f"{source or 'The checkpoint'} is not an official ViT checkpoint: it has no "

@@ -1,14 +1,12 @@
-"""HF transformers ViT directories (config.json + model.safetensors), both ways.
+"""HF transformers directories (config.json + model.safetensors), both ways.
 
-The on-disk names are the ones `save_pretrained` writes (transformers 5 still
-writes its 4.x names): "vit." + "embeddings.cls_token",
-"encoder.layer.N.attention.attention.query.weight", ..., "layernorm.weight",
-"pooler.dense.weight" (ViTModel with its pooler) and "classifier.weight"
-(ViTForImageClassification). Without the "vit." prefix it is a bare ViTModel.
-
-HF's ViT computes what the official one does, with its own numerics:
-hidden_act="gelu" is the exact GELU, layer_norm_eps is 1e-12 by default;
-both travel in ViTConfig so the loaded model gives HF's logits.
+Reading: config.json's model_type picks the family's adapter
+(keras_vit.weights.hf_families: ViT, DeiT, DINOv2, SigLIP, CLIP); ViT's own
+normalisation is its preprocessor_config.json's. Writing: a ViT as HF's
+`ViTForImageClassification` (or a bare `ViTModel`), its tensors named by the
+ViT adapter's table read backwards, so the reader and the writer cannot
+disagree. The on-disk names are the ones `save_pretrained` writes
+(transformers 5 still writes its 4.x names).
 """
 
 from __future__ import annotations
@@ -25,36 +23,17 @@ from keras_vit.config import ViTConfig
 from keras_vit.errors import UserError
 from keras_vit.images import NORMALIZATIONS, pixel_normalization
 from keras_vit.weights.checkpoint import (
-    POSEMB_KEY,
     Checkpoint,
-    attention_tensors,
-    conv_kernel,
-    linear_kernel,
-    out_kernel,
-    qkv_bias,
-    qkv_kernel,
     read_json,
     read_safetensors,
     refuse_pickle,
-    rename,
+    unrename,
     write_safetensors,
 )
-from keras_vit.weights.hf_families import FAMILY_MODEL_TYPES, read_family
-from keras_vit.weights.hf_families import hf_labels as _labels
+from keras_vit.weights.hf_families import map_family, vit_table
 from keras_vit.weights.layout import official_layout_error
 
 logger = logging.getLogger("keras_vit")
-
-# hidden_act -> gelu_approximate (keras.activations.gelu's flag).
-_GELU = {"gelu": False, "gelu_pytorch_tanh": True, "gelu_new": True, "gelu_fast": True}
-# Models that share ViT's config but not its computation.
-# (DeiT, DINOv2, SigLIP and CLIP are read by keras_vit.weights.hf_families.)
-_OTHER_MODELS = {
-    "vit_hybrid": "HF's ViT-hybrid uses a BiT backbone whose layout keras-vit does not map; use the official "
-                  "R50+B/16 .npz (weights='imagenet21k') instead",
-    "vit_mae": "ViT-MAE checkpoints carry a decoder and fixed sin-cos position embeddings",
-    "vit_msn": "ViT-MSN is not mapped",
-}
 
 
 def is_hf_directory(path) -> bool:
@@ -67,79 +46,8 @@ def is_hf_directory(path) -> bool:
         return False
 
 
-_SIZE_FIELDS = ("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size")
-
-
-def config_from_hf(hf: dict, has_pooler: bool, where: str) -> ViTConfig:
-    model_type = hf.get("model_type")
-    if model_type in _OTHER_MODELS:
-        raise UserError(f"{where} is a {model_type!r} model, not a ViT: {_OTHER_MODELS[model_type]}. It cannot "
-                        f"be loaded without changing what it computes.")
-    if model_type != "vit":
-        raise UserError(f"{where} has model_type={model_type!r}; keras-vit reads HF ViT checkpoints "
-                        f"(model_type 'vit') and those of {', '.join(sorted(FAMILY_MODEL_TYPES))} only.")
-    act = hf.get("hidden_act", "gelu")
-    if act not in _GELU:
-        raise UserError(f"{where} uses hidden_act={act!r}; keras-vit's MLP is GELU (exact or tanh) only.")
-    if not hf.get("qkv_bias", True):
-        raise UserError(f"{where} has qkv_bias=False: keras-vit's attention always has query/key/value "
-                        f"biases, so this layout cannot be expressed.")
-    if has_pooler and hf.get("pooler_act", "tanh") != "tanh":
-        raise UserError(f"{where} has pooler_act={hf['pooler_act']!r}; keras-vit's representation layer is tanh.")
-    # Sizes are never left to defaults: transformers writes them all, so a missing one is a damaged file.
-    missing = [k for k in _SIZE_FIELDS if k not in hf]
-    if missing:
-        raise UserError(f"{where}: config.json has no {', '.join(missing)} (transformers writes every size): "
-                        f"the file is damaged; restore it from the original checkpoint.")
-    hidden = int(hf["hidden_size"])
-    return ViTConfig(
-        patch_size=int(hf.get("patch_size", 16)),
-        hidden_size=hidden,
-        mlp_dim=int(hf["intermediate_size"]),
-        num_heads=int(hf["num_attention_heads"]),
-        num_layers=int(hf["num_hidden_layers"]),
-        classifier="token",
-        representation_size=int(hf.get("pooler_output_size") or hidden) if has_pooler else None,
-        layer_norm_epsilon=float(hf.get("layer_norm_eps", 1e-12)),
-        gelu_approximate=_GELU[act],
-    )
-
-
-def params_from_hf(tensors: Dict[str, np.ndarray], config: ViTConfig) -> Dict[str, np.ndarray]:
-    """HF ViT tensors -> official layout; tensors it does not know keep their names."""
-    prefix = "vit." if any(k.startswith("vit.") for k in tensors) else ""
-    e, heads = prefix + "embeddings.", config.num_heads
-    table = {
-        "cls": (e + "cls_token", None),
-        POSEMB_KEY: (e + "position_embeddings", None),
-        "embedding/kernel": (e + "patch_embeddings.projection.weight", conv_kernel),
-        "embedding/bias": (e + "patch_embeddings.projection.bias", None),
-        "Transformer/encoder_norm/scale": (prefix + "layernorm.weight", None),
-        "Transformer/encoder_norm/bias": (prefix + "layernorm.bias", None),
-        "pre_logits/kernel": (prefix + "pooler.dense.weight", linear_kernel),
-        "pre_logits/bias": (prefix + "pooler.dense.bias", None),
-        "head/kernel": ("classifier.weight", linear_kernel),
-        "head/bias": ("classifier.bias", None),
-    }
-    for i in range(config.num_layers):
-        h, o = f"{prefix}encoder.layer.{i}.", f"Transformer/encoderblock_{i}/"
-        a = o + "MultiHeadDotProductAttention_1/"
-        for name in ("query", "key", "value"):
-            table[a + name + "/kernel"] = (h + f"attention.attention.{name}.weight", lambda w: qkv_kernel(w, heads))
-            table[a + name + "/bias"] = (h + f"attention.attention.{name}.bias", lambda b: qkv_bias(b, heads))
-        table[a + "out/kernel"] = (h + "attention.output.dense.weight", lambda w: out_kernel(w, heads))
-        table[a + "out/bias"] = (h + "attention.output.dense.bias", None)
-        for ours, theirs in (("LayerNorm_0", "layernorm_before"), ("LayerNorm_2", "layernorm_after")):
-            table[o + ours + "/scale"] = (h + theirs + ".weight", None)
-            table[o + ours + "/bias"] = (h + theirs + ".bias", None)
-        for ours, theirs in (("Dense_0", "intermediate.dense"), ("Dense_1", "output.dense")):
-            table[o + f"MlpBlock_3/{ours}/kernel"] = (h + theirs + ".weight", linear_kernel)
-            table[o + f"MlpBlock_3/{ours}/bias"] = (h + theirs + ".bias", None)
-    return rename(tensors, table)
-
-
 def read_hf_directory(directory, source: Optional[str] = None) -> Checkpoint:
-    """An HF transformers ViT (or DeiT, DINOv2, SigLIP, CLIP: hf_families) directory as a Checkpoint."""
+    """An HF transformers ViT (or DeiT, DINOv2, SigLIP, CLIP) directory as a Checkpoint."""
     directory = os.fspath(directory)
     where = source or directory
     weights = os.path.join(directory, "model.safetensors")
@@ -152,24 +60,14 @@ def read_hf_directory(directory, source: Optional[str] = None) -> Checkpoint:
             if os.path.isfile(os.path.join(directory, name)):
                 refuse_pickle(os.path.join(directory, name))
         raise UserError(f"{where} has no model.safetensors next to its config.json.")
-    hf = read_json(os.path.join(directory, "config.json"))
-    tensors = read_safetensors(weights)
-    if hf.get("model_type") in FAMILY_MODEL_TYPES:  # ViT's relatives: DeiT, DINOv2, SigLIP, CLIP
-        return read_family(hf, tensors, where)
-    has_pooler = any(k.endswith("pooler.dense.weight") for k in tensors)
-    config = config_from_hf(hf, has_pooler, where)
-    if not any(k.endswith("embeddings.cls_token") for k in tensors):
-        raise UserError(f"{where}: model.safetensors has no embeddings.cls_token; is it an HF ViT checkpoint?")
-    params = params_from_hf(tensors, config)
-    normalization = processor_normalization(directory, where)
-    if normalization is not None:
-        config = config.replace(pixel_normalization=normalization)
-    size = hf.get("image_size", 224)
-    image_size = tuple(size) if isinstance(size, (list, tuple)) else (int(size), int(size))
-    head = params.get("head/kernel")
-    return Checkpoint(config=config, params=params, image_size=image_size,
-                      labels=_labels(hf, None if head is None else head.shape[-1]), source=where,
-                      num_channels=int(hf.get("num_channels", 3)))
+    mapped = map_family(read_json(os.path.join(directory, "config.json")), read_safetensors(weights), where)
+    fields = dict(mapped.fields)
+    if "pixel_normalization" not in fields:  # a family's weights fix theirs; ViT's preprocessor says
+        normalization = processor_normalization(directory, where)
+        if normalization is not None:
+            fields["pixel_normalization"] = normalization
+    return Checkpoint(config=ViTConfig(**fields), params=mapped.params, image_size=mapped.image_size,
+                      labels=mapped.labels, source=where, num_channels=mapped.num_channels)
 
 
 def processor_normalization(directory, where) -> Optional[str]:
@@ -271,37 +169,11 @@ def hf_config(model, labels: Optional[List[str]] = None) -> dict:
 
 
 def hf_tensors(model) -> Dict[str, np.ndarray]:
-    """The model's weights under HF ViT names (the inverse of params_from_hf)."""
+    """The model's weights under HF ViT names: the ViT adapter's rules, read backwards."""
     from keras_vit.weights.npz import checkpoint_params
 
-    p = checkpoint_params(model)
     prefix = "vit." if model.include_top else ""
-    e = prefix + "embeddings."
-    t = {
-        e + "cls_token": p["cls"],
-        e + "position_embeddings": p[POSEMB_KEY],
-        e + "patch_embeddings.projection.weight": p["embedding/kernel"].transpose(3, 2, 0, 1),
-        e + "patch_embeddings.projection.bias": p["embedding/bias"],
-        prefix + "layernorm.weight": p["Transformer/encoder_norm/scale"],
-        prefix + "layernorm.bias": p["Transformer/encoder_norm/bias"],
-    }
-    for i in range(model.config.num_layers):
-        h, o = f"{prefix}encoder.layer.{i}.", f"Transformer/encoderblock_{i}/"
-        names = ("attention.attention.query", "attention.attention.key", "attention.attention.value",
-                 "attention.output.dense")
-        for name, (weight, bias) in zip(names, attention_tensors(o + "MultiHeadDotProductAttention_1", p)):
-            t[h + name + ".weight"], t[h + name + ".bias"] = weight, bias
-        for ours, theirs in (("LayerNorm_0", "layernorm_before"), ("LayerNorm_2", "layernorm_after")):
-            t[h + theirs + ".weight"], t[h + theirs + ".bias"] = p[o + ours + "/scale"], p[o + ours + "/bias"]
-        for ours, theirs in (("Dense_0", "intermediate.dense"), ("Dense_1", "output.dense")):
-            t[h + theirs + ".weight"] = p[o + f"MlpBlock_3/{ours}/kernel"].T
-            t[h + theirs + ".bias"] = p[o + f"MlpBlock_3/{ours}/bias"]
-    if "pre_logits/kernel" in p:
-        t[prefix + "pooler.dense.weight"] = p["pre_logits/kernel"].T
-        t[prefix + "pooler.dense.bias"] = p["pre_logits/bias"]
-    if "head/kernel" in p:
-        t["classifier.weight"], t["classifier.bias"] = p["head/kernel"].T, p["head/bias"]
-    return t
+    return unrename(checkpoint_params(model), vit_table(prefix, model.config.num_layers, model.config.num_heads))
 
 
 def save_pretrained(model, directory, labels: Optional[List[str]] = None) -> str:

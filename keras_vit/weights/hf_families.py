@@ -1,12 +1,14 @@
-"""HF transformers checkpoints of ViT's relatives: DeiT, DINOv2 (with and
-without registers), and the vision towers of SigLIP and CLIP.
+"""HF transformers checkpoints of ViT and its relatives: ViT itself, DeiT,
+DINOv2 (with and without registers), and the vision towers of SigLIP and CLIP.
 
 Each is the ViT encoder with a few knobs turned (ViTConfig's
 distillation_token, num_register_tokens, layer_scale_init, mlp_activation,
 pre_norm, final_norm, classifier="map", ...). An adapter here reads the
-family's config.json into those knobs and renames its tensors into the
-official layout (keras_vit.weights.layout); the strict loader then checks
-every key and shape. A tensor no rule uses keeps its own name, so the loader
+family's config.json into those knobs and names its tensors for the parts of
+the one key table (keras_vit.weights.layout, through the block rules of
+keras_vit.weights.checkpoint); the strict loader then checks every key and
+shape. ViT's names, read backwards, are what the HF writer writes
+(keras_vit.weights.hf). A tensor no rule uses keeps its own name, so the loader
 reports it; the few that are deliberately left out are dropped by name below,
 each with its reason.
 
@@ -27,30 +29,26 @@ from typing import Callable, Dict, List, NamedTuple, Optional, Tuple
 
 import numpy as np
 
-from keras_vit.config import ViTConfig
 from keras_vit.errors import UserError
 from keras_vit.weights.checkpoint import (
+    ACTIVATIONS,
+    CONV,
     POSEMB_KEY,
-    Checkpoint,
-    conv_kernel,
-    linear_kernel,
-    out_kernel,
-    qkv_bias,
-    qkv_kernel,
+    activation,
+    no_qkv_bias,
     rename,
+    torch_block,
+    torch_dense,
+    torch_map_head,
+    torch_norm,
 )
+from keras_vit.weights.layout import ENCODER_NORM
 
-# hidden_act -> (mlp_activation, gelu_approximate). gelu_new and gelu_fast are
-# both the tanh approximation (written two ways).
-_ACTIVATIONS = {
-    "gelu": ("gelu", False),
-    "gelu_pytorch_tanh": ("gelu", True),
-    "gelu_new": ("gelu", True),
-    "gelu_fast": ("gelu", True),
-    "quick_gelu": ("quick_gelu", False),
-}
-
-# transformers' Config defaults (transformers 5), for fields a config.json leaves out.
+# transformers' Config defaults (transformers 5), for fields a config.json leaves out. ViT's
+# sizes have none here: transformers writes them all, so a missing one is a damaged file.
+_VIT_DEFAULTS = dict(hidden_act="gelu", layer_norm_eps=1e-12, image_size=224, patch_size=16, num_channels=3,
+                     qkv_bias=True, pooler_output_size=None, pooler_act="tanh")
+_VIT_SIZES = ("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size")
 _DEIT_DEFAULTS = dict(hidden_size=768, num_hidden_layers=12, num_attention_heads=12, intermediate_size=3072,
                       hidden_act="gelu", layer_norm_eps=1e-12, image_size=224, patch_size=16, num_channels=3,
                       qkv_bias=True, pooler_output_size=None, pooler_act="tanh")
@@ -110,12 +108,8 @@ def _patch_size(c: dict, where: str) -> int:
     return height
 
 
-def _activation(c: dict, where: str, family: str) -> Tuple[str, bool]:
-    act = c["hidden_act"]
-    if act not in _ACTIVATIONS:
-        raise UserError(f"{where} ({family}) uses hidden_act={act!r}; keras-vit's MLP is GELU (exact or tanh) or "
-                        f"CLIP's quick_gelu only.")
-    return _ACTIVATIONS[act]
+def _activation(c: dict, where: str) -> Tuple[str, bool]:
+    return activation(c["hidden_act"], "hidden_act", where)
 
 
 def _check_attention(c: dict, where: str) -> Tuple[int, int]:
@@ -127,8 +121,7 @@ def _check_attention(c: dict, where: str) -> Tuple[int, int]:
         raise UserError(f"{where} has head_dim={head_dim} with {heads} heads of a {hidden}-wide model; keras-vit's "
                         f"heads split the width evenly (head_dim = hidden_size / heads).")
     if not c.get("qkv_bias", True):
-        raise UserError(f"{where} has qkv_bias=False: keras-vit's attention always has query/key/value biases, so "
-                        f"this layout cannot be expressed.")
+        raise no_qkv_bias(where)
     return hidden, heads
 
 
@@ -161,38 +154,6 @@ def _grid_image_size(configured: Tuple[int, int], posemb: Optional[np.ndarray], 
     return side * patch, side * patch
 
 
-def _block(table: dict, i: int, h: str, names: dict, heads: int) -> None:
-    """Rules for encoder block i, whose source names start with `h`; `names` maps our
-    parts (query, key, value, out, norm1, norm2, fc1, fc2[, ls1, ls2]) to the source's."""
-    o = f"Transformer/encoderblock_{i}/"
-    a = o + "MultiHeadDotProductAttention_1/"
-    for part in ("query", "key", "value"):
-        table[a + part + "/kernel"] = (h + names[part] + ".weight", lambda w: qkv_kernel(w, heads))
-        table[a + part + "/bias"] = (h + names[part] + ".bias", lambda b: qkv_bias(b, heads))
-    table[a + "out/kernel"] = (h + names["out"] + ".weight", lambda w: out_kernel(w, heads))
-    table[a + "out/bias"] = (h + names["out"] + ".bias", None)
-    for ours, part in (("LayerNorm_0", "norm1"), ("LayerNorm_2", "norm2")):
-        table[o + ours + "/scale"] = (h + names[part] + ".weight", None)
-        table[o + ours + "/bias"] = (h + names[part] + ".bias", None)
-    for ours, part in (("Dense_0", "fc1"), ("Dense_1", "fc2")):
-        table[o + f"MlpBlock_3/{ours}/kernel"] = (h + names[part] + ".weight", linear_kernel)
-        table[o + f"MlpBlock_3/{ours}/bias"] = (h + names[part] + ".bias", None)
-    for ours, part in (("ls1", "ls1"), ("ls2", "ls2")):
-        if part in names:
-            table[o + ours + "/scale"] = (h + names[part], None)
-
-
-def _dense(table: dict, ours: str, theirs: str, bias: bool = True) -> None:
-    table[ours + "/kernel"] = (theirs + ".weight", linear_kernel)
-    if bias:
-        table[ours + "/bias"] = (theirs + ".bias", None)
-
-
-def _norm(table: dict, ours: str, theirs: str) -> None:
-    table[ours + "/scale"] = (theirs + ".weight", None)
-    table[ours + "/bias"] = (theirs + ".bias", None)
-
-
 def hf_labels(hf: dict, num_classes: Optional[int]) -> Optional[List[str]]:
     """The class names of config.json's id2label for a head of `num_classes` (ViT's too)."""
     id2label = hf.get("id2label")
@@ -214,7 +175,67 @@ def _require(tensors: Dict[str, np.ndarray], name: str, what: str, where: str, f
         raise UserError(f"{where}: model.safetensors has no {name} ({what}); is it an HF {family} checkpoint?")
 
 
-# --- DeiT ---
+# --- ViT and DeiT: one layout ---
+
+_VIT_BLOCK = dict(query="attention.attention.query", key="attention.attention.key", value="attention.attention.value",
+                  out="attention.output.dense", norm1="layernorm_before", norm2="layernorm_after",
+                  fc1="intermediate.dense", fc2="output.dense")
+
+
+def vit_table(prefix: str, num_layers: int, heads: int, heads_named=(("head", "classifier"),)) -> dict:
+    """HF ViT's (and DeiT's) names for the official keys: the reader's rules, and read
+    backwards (checkpoint.unrename), what the HF writer writes. `prefix` is "vit." or
+    "deit." for a model with a head, "" for a bare ViTModel; `heads_named` pairs our
+    classifier keys with the source's."""
+    e = prefix + "embeddings."
+    table = {"cls": (e + "cls_token", None), POSEMB_KEY: (e + "position_embeddings", None)}
+    torch_dense(table, "embedding", e + "patch_embeddings.projection", kernel=CONV)
+    for i in range(num_layers):
+        torch_block(table, i, f"{prefix}encoder.layer.{i}.", _VIT_BLOCK, heads)
+    torch_norm(table, ENCODER_NORM, prefix + "layernorm")
+    torch_dense(table, "pre_logits", prefix + "pooler.dense")
+    for ours, theirs in heads_named:
+        torch_dense(table, ours, theirs)
+    return table
+
+
+def _pooler(c: dict, tensors: Dict[str, np.ndarray], prefix: str, where: str) -> bool:
+    has_pooler = prefix + "pooler.dense.weight" in tensors
+    if has_pooler and c["pooler_act"] != "tanh":
+        raise UserError(f"{where} has pooler_act={c['pooler_act']!r}; keras-vit's representation layer is tanh.")
+    return has_pooler
+
+
+def vit(hf: dict, tensors: Dict[str, np.ndarray], where: str) -> Mapped:
+    """ViTModel (with or without its pooler) and ViTForImageClassification. HF's ViT computes
+    what the official one does with its own numerics: hidden_act="gelu" is the exact GELU,
+    layer_norm_eps 1e-12 by default; both travel in ViTConfig. The pixel normalisation is the
+    directory's preprocessor's (weights.hf)."""
+    missing = [k for k in _VIT_SIZES if k not in hf]
+    if missing:
+        raise UserError(f"{where}: config.json has no {', '.join(missing)} (transformers writes every size): "
+                        f"the file is damaged; restore it from the original checkpoint.")
+    c = _settings(hf, _VIT_DEFAULTS)
+    hidden, heads = _check_attention(c, where)
+    mlp_activation, gelu_approximate = _activation(c, where)
+    prefix = "vit." if any(k.startswith("vit.") for k in tensors) else ""
+    _require(tensors, prefix + "embeddings.cls_token", "the class token", where, "ViT")
+    has_pooler = _pooler(c, tensors, prefix, where)
+    layers = int(c["num_hidden_layers"])
+    # Nothing is dropped: a ViTModel's mask_token (use_mask_token=True) is reported by the loader.
+    params = rename(tensors, vit_table(prefix, layers, heads))
+    patch = _patch_size(c, where)
+    image_size = _grid_image_size(_side(c["image_size"], "image_size", where), params.get(POSEMB_KEY), 1, patch,
+                                  where)
+    fields = dict(
+        patch_size=patch, hidden_size=hidden, mlp_dim=int(c["intermediate_size"]), num_heads=heads,
+        num_layers=layers, classifier="token",
+        representation_size=int(c["pooler_output_size"] or hidden) if has_pooler else None,
+        layer_norm_epsilon=float(c["layer_norm_eps"]), gelu_approximate=gelu_approximate,
+        mlp_activation=mlp_activation,
+    )
+    return Mapped(fields, params, image_size, _labels(hf, params), int(c["num_channels"]))
+
 
 def deit(hf: dict, tensors: Dict[str, np.ndarray], where: str) -> Mapped:
     """DeiTModel (with or without its pooler), DeiTForImageClassification (one head on the
@@ -222,36 +243,19 @@ def deit(hf: dict, tensors: Dict[str, np.ndarray], where: str) -> Mapped:
     distillation token; transformers' logits are the mean of the two)."""
     c = _settings(hf, _DEIT_DEFAULTS)
     hidden, heads = _check_attention(c, where)
-    mlp_activation, gelu_approximate = _activation(c, where, "DeiT")
+    mlp_activation, gelu_approximate = _activation(c, where)
     prefix = "deit." if any(k.startswith("deit.embeddings.") for k in tensors) else ""
     if any(k.startswith("decoder.") for k in tensors):
         raise UserError(f"{where} is a DeiTForMaskedImageModeling checkpoint (a pixel decoder on the tokens); "
                         f"keras-vit reads DeiTModel and the DeiT image classifiers.")
     _require(tensors, prefix + "embeddings.distillation_token", "the DeiT distillation token", where, "DeiT")
-    has_pooler = prefix + "pooler.dense.weight" in tensors
-    if has_pooler and c["pooler_act"] != "tanh":
-        raise UserError(f"{where} has pooler_act={c['pooler_act']!r}; keras-vit's representation layer is tanh.")
+    has_pooler = _pooler(c, tensors, prefix, where)
     with_teacher = "distillation_classifier.weight" in tensors
     e = prefix + "embeddings."
-    table = {
-        "cls": (e + "cls_token", None),
-        "dist_token": (e + "distillation_token", None),
-        POSEMB_KEY: (e + "position_embeddings", None),
-        "embedding/kernel": (e + "patch_embeddings.projection.weight", conv_kernel),
-        "embedding/bias": (e + "patch_embeddings.projection.bias", None),
-    }
-    _norm(table, "Transformer/encoder_norm", prefix + "layernorm")
-    _dense(table, "pre_logits", prefix + "pooler.dense")
-    if with_teacher:
-        _dense(table, "head", "cls_classifier")
-        _dense(table, "head_dist", "distillation_classifier")
-    else:
-        _dense(table, "head", "classifier")
-    names = dict(query="attention.attention.query", key="attention.attention.key",
-                 value="attention.attention.value", out="attention.output.dense", norm1="layernorm_before",
-                 norm2="layernorm_after", fc1="intermediate.dense", fc2="output.dense")
-    for i in range(int(c["num_hidden_layers"])):
-        _block(table, i, f"{prefix}encoder.layer.{i}.", names, heads)
+    heads_named = ((("head", "cls_classifier"), ("head_dist", "distillation_classifier")) if with_teacher
+                   else (("head", "classifier"),))
+    table = {"dist_token": (e + "distillation_token", None),
+             **vit_table(prefix, int(c["num_hidden_layers"]), heads, heads_named)}
     # mask_token exists only in DeiTForMaskedImageModeling (refused above) and in a DeiTModel
     # built with use_mask_token=True: it replaces masked patches in pre-training only.
     params = rename(_drop(tensors, lambda k: _is_buffer(k) or k == e + "mask_token"), table)
@@ -284,10 +288,10 @@ def _dinov2(hf: dict, tensors: Dict[str, np.ndarray], where: str, registers: boo
     swiglu = bool(c["use_swiglu_ffn"])
     if swiglu:
         # Dinov2SwiGLUFFN is silu(x W_gate) * (x W_up) whatever hidden_act says.
-        mlp_activation, gelu_approximate = "swiglu", _ACTIVATIONS.get(c["hidden_act"], ("gelu", False))[1]
+        mlp_activation, gelu_approximate = "swiglu", ACTIVATIONS.get(c["hidden_act"], ("gelu", False))[1]
         mlp_dim = _swiglu_width(hidden, float(c["mlp_ratio"]))
     else:
-        mlp_activation, gelu_approximate = _activation(c, where, family)
+        mlp_activation, gelu_approximate = _activation(c, where)
         mlp_dim = int(hidden * float(c["mlp_ratio"]))
     model_prefix = "dinov2_with_registers." if registers else "dinov2."
     prefix = model_prefix if any(k.startswith(model_prefix + "embeddings.") for k in tensors) else ""
@@ -300,19 +304,19 @@ def _dinov2(hf: dict, tensors: Dict[str, np.ndarray], where: str, registers: boo
     table = {
         "cls": (e + "cls_token", None),
         POSEMB_KEY: (e + "position_embeddings", None),
-        "embedding/kernel": (e + "patch_embeddings.projection.weight", conv_kernel),
+        "embedding/kernel": (e + "patch_embeddings.projection.weight", CONV),
         "embedding/bias": (e + "patch_embeddings.projection.bias", None),
     }
     if registers:
         table["reg_tokens"] = (e + "register_tokens", None)
-    _norm(table, "Transformer/encoder_norm", prefix + "layernorm")
-    _dense(table, "head", "classifier")
+    torch_norm(table, ENCODER_NORM, prefix + "layernorm")
+    torch_dense(table, "head", "classifier")
     fc1, fc2 = ("mlp.weights_in", "mlp.weights_out") if swiglu else ("mlp.fc1", "mlp.fc2")
     names = dict(query="attention.attention.query", key="attention.attention.key",
                  value="attention.attention.value", out="attention.output.dense", norm1="norm1", norm2="norm2",
                  fc1=fc1, fc2=fc2, ls1="layer_scale1.lambda1", ls2="layer_scale2.lambda1")
     for i in range(int(c["num_hidden_layers"])):
-        _block(table, i, f"{prefix}encoder.layer.{i}.", names, heads)
+        torch_block(table, i, f"{prefix}encoder.layer.{i}.", names, heads)
     # embeddings.mask_token replaces masked patches in DINOv2's (iBOT) masked pre-training and
     # nowhere else (bool_masked_pos); inference never reads it.
     params = rename(_drop(tensors, lambda k: _is_buffer(k) or k == e + "mask_token"), table)
@@ -362,16 +366,35 @@ def _vision_config(hf: dict) -> dict:
 
 def _tower_fields(c: dict, where: str, family: str) -> dict:
     hidden, heads = _check_attention(c, where)
-    mlp_activation, gelu_approximate = _activation(c, where, family)
+    mlp_activation, gelu_approximate = _activation(c, where)
     return dict(patch_size=_patch_size(c, where), hidden_size=hidden, mlp_dim=int(c["intermediate_size"]),
                 num_heads=heads, num_layers=int(c["num_hidden_layers"]),
                 layer_norm_epsilon=float(c["layer_norm_eps"]), gelu_approximate=gelu_approximate,
                 mlp_activation=mlp_activation, position_interpolation="bicubic")
 
 
+# SiglipMultiheadAttentionPoolingHead's names for the MAP head's parts (query, key and value
+# as _split_in_proj leaves them).
+_SIGLIP_MAP_HEAD = dict(probe="probe", query="attention.in_proj.query", key="attention.in_proj.key",
+                        value="attention.in_proj.value", out="attention.out_proj", norm="layernorm",
+                        fc1="mlp.fc1", fc2="mlp.fc2")
+
+
+def _split_in_proj(tensors: Dict[str, np.ndarray], attention: str) -> Dict[str, np.ndarray]:
+    """torch.nn.MultiheadAttention packs query, key and value as the thirds of in_proj_weight
+    and in_proj_bias: three Linear layers `{attention}in_proj.{query,key,value}` instead."""
+    tensors = dict(tensors)
+    for leaf in ("weight", "bias"):
+        packed = tensors.pop(f"{attention}in_proj_{leaf}", None)
+        if packed is not None:
+            for part, third in zip(("query", "key", "value"), np.split(np.asarray(packed, np.float32), 3, axis=0)):
+                tensors[f"{attention}in_proj.{part}.{leaf}"] = third
+    return tensors
+
+
 def _siglip(c: dict, hf: dict, tensors: Dict[str, np.ndarray], where: str) -> Mapped:
     fields = _tower_fields(c, where, "SigLIP")
-    heads, hidden = fields["num_heads"], fields["hidden_size"]
+    heads = fields["num_heads"]
     prefix = _vision_prefix(tensors)
     e = prefix + "embeddings."
     _require(tensors, e + "patch_embedding.weight", "the patch embedding", where, "SigLIP")
@@ -380,30 +403,19 @@ def _siglip(c: dict, hf: dict, tensors: Dict[str, np.ndarray], where: str) -> Ma
     classification = "classifier.weight" in tensors
     uses_head = bool(c["vision_use_head"]) and not classification
     table = {
-        "embedding/kernel": (e + "patch_embedding.weight", conv_kernel),
+        "embedding/kernel": (e + "patch_embedding.weight", CONV),
         "embedding/bias": (e + "patch_embedding.bias", None),
         # nn.Embedding (N, D): one row per patch; SigLIP has no class token.
         POSEMB_KEY: (e + "position_embedding.weight", lambda w: w[None]),
     }
     for i in range(fields["num_layers"]):
-        _block(table, i, f"{prefix}encoder.layers.{i}.", _TOWER_BLOCK, heads)
-    _norm(table, "Transformer/encoder_norm", prefix + "post_layernorm")
+        torch_block(table, i, f"{prefix}encoder.layers.{i}.", _TOWER_BLOCK, heads)
+    torch_norm(table, ENCODER_NORM, prefix + "post_layernorm")
     if uses_head:
-        m, h = "MAPHead_0/", prefix + "head."
-        table[m + "probe"] = (h + "probe", None)
-        a = m + "MultiHeadDotProductAttention_0/"
-        # torch.nn.MultiheadAttention packs query, key and value as the thirds of in_proj.
-        for n, part in enumerate(("query", "key", "value")):
-            rows = slice(n * hidden, (n + 1) * hidden)
-            table[a + part + "/kernel"] = (h + "attention.in_proj_weight",
-                                           lambda w, rows=rows: qkv_kernel(w[rows], heads))
-            table[a + part + "/bias"] = (h + "attention.in_proj_bias", lambda b, rows=rows: qkv_bias(b[rows], heads))
-        table[a + "out/kernel"] = (h + "attention.out_proj.weight", lambda w: out_kernel(w, heads))
-        table[a + "out/bias"] = (h + "attention.out_proj.bias", None)
-        _norm(table, m + "LayerNorm_0", h + "layernorm")
-        _dense(table, m + "MlpBlock_0/Dense_0", h + "mlp.fc1")
-        _dense(table, m + "MlpBlock_0/Dense_1", h + "mlp.fc2")
-    _dense(table, "head", "classifier")
+        h = prefix + "head."
+        tensors = _split_in_proj(tensors, h + "attention.")
+        torch_map_head(table, h, _SIGLIP_MAP_HEAD, heads)
+    torch_dense(table, "head", "classifier")
 
     def unused(name: str) -> bool:
         # A full SiglipModel's text tower and its logit_scale / logit_bias (the temperature and
@@ -444,17 +456,17 @@ def _clip(c: dict, hf: dict, tensors: Dict[str, np.ndarray], where: str) -> Mapp
     e = prefix + "embeddings."
     _require(tensors, e + "class_embedding", "the class embedding", where, "CLIP")
     table = {
-        "embedding/kernel": (e + "patch_embedding.weight", conv_kernel),
+        "embedding/kernel": (e + "patch_embedding.weight", CONV),
         "embedding/bias": (e + "patch_embedding.bias", None),  # transformers' CLIP has none
         "cls": (e + "class_embedding", lambda w: w.reshape(1, 1, -1)),
         # nn.Embedding (N + 1, D): the class token's row, then one per patch.
         POSEMB_KEY: (e + "position_embedding.weight", lambda w: w[None]),
     }
-    _norm(table, "pre_norm", prefix + "pre_layrnorm")  # sic: transformers' spelling
+    torch_norm(table, "pre_norm", prefix + "pre_layrnorm")  # sic: transformers' spelling
     for i in range(fields["num_layers"]):
-        _block(table, i, f"{prefix}encoder.layers.{i}.", _TOWER_BLOCK, heads)
-    _norm(table, "pooled_norm", prefix + "post_layernorm")
-    _dense(table, "projection", "visual_projection", bias=False)
+        torch_block(table, i, f"{prefix}encoder.layers.{i}.", _TOWER_BLOCK, heads)
+    torch_norm(table, "pooled_norm", prefix + "post_layernorm")
+    torch_dense(table, "projection", "visual_projection", bias=False)
 
     def unused(name: str) -> bool:
         # A full CLIPModel's text tower, text_projection and logit_scale (the contrastive
@@ -489,6 +501,7 @@ def clip(hf: dict, tensors: Dict[str, np.ndarray], where: str) -> Mapped:
 # --- dispatch ---
 
 FAMILIES: Dict[str, Callable[[dict, Dict[str, np.ndarray], str], Mapped]] = {
+    "vit": vit,
     "deit": deit,
     "dinov2": dinov2,
     "dinov2_with_registers": dinov2_with_registers,
@@ -500,16 +513,22 @@ FAMILIES: Dict[str, Callable[[dict, Dict[str, np.ndarray], str], Mapped]] = {
 FAMILY_MODEL_TYPES = frozenset(FAMILIES)
 
 
+# Models that share ViT's config but not its computation, refused with what to use instead.
+_OTHER_MODELS = {
+    "vit_hybrid": "HF's ViT-hybrid uses a BiT backbone whose layout keras-vit does not map; use the official "
+                  "R50+B/16 .npz (weights='imagenet21k') instead",
+    "vit_mae": "ViT-MAE checkpoints carry a decoder and fixed sin-cos position embeddings",
+    "vit_msn": "ViT-MSN is not mapped",
+}
+
+
 def map_family(hf: dict, tensors: Dict[str, np.ndarray], where: str) -> Mapped:
     """The family adapter of config.json's model_type, applied."""
     model_type = hf.get("model_type")
+    if model_type in _OTHER_MODELS:
+        raise UserError(f"{where} is a {model_type!r} model, not a ViT: {_OTHER_MODELS[model_type]}. It cannot "
+                        f"be loaded without changing what it computes.")
     if model_type not in FAMILIES:
-        raise UserError(f"{where} has model_type={model_type!r}, not one of {sorted(FAMILIES)}.")
+        raise UserError(f"{where} has model_type={model_type!r}; keras-vit reads the HF checkpoints of "
+                        f"{', '.join(sorted(FAMILIES))}.")
     return FAMILIES[model_type](hf, tensors, where)
-
-
-def read_family(hf: dict, tensors: Dict[str, np.ndarray], where: str) -> Checkpoint:
-    """A DeiT / DINOv2 / SigLIP / CLIP checkpoint (config.json as a dict, its tensors) as a Checkpoint."""
-    mapped = map_family(hf, tensors, where)
-    return Checkpoint(config=ViTConfig(**mapped.fields), params=mapped.params, image_size=mapped.image_size,
-                      labels=mapped.labels, source=where, num_channels=mapped.num_channels)

@@ -16,7 +16,8 @@ import numpy as np
 
 from keras_vit.config import ViTConfig
 from keras_vit.errors import MissingExtra, UserError, install_hint
-from keras_vit.weights.checkpoint import POSEMB_KEY, Checkpoint, rename
+from keras_vit.weights.checkpoint import POSEMB_KEY, Checkpoint, keras_block, rename
+from keras_vit.weights.layout import ENCODER_NORM
 
 
 def _keras_hub():
@@ -78,6 +79,11 @@ def config_from_kerashub(backbone, task, where: str) -> ViTConfig:
     )
 
 
+# keras-hub's TransformerEncoder names for our parts (layout.BLOCK_PARTS).
+_BLOCK = dict(query="mha/query", key="mha/key", value="mha/value", out="mha/attention_output", norm1="ln_1",
+              norm2="ln_2", fc1="mlp/dense_1", fc2="mlp/dense_2")
+
+
 def params_from_kerashub(tensors: Dict[str, np.ndarray], config: ViTConfig) -> Dict[str, np.ndarray]:
     e = "vit_patching_and_embedding/"
     table = {
@@ -85,24 +91,15 @@ def params_from_kerashub(tensors: Dict[str, np.ndarray], config: ViTConfig) -> D
         POSEMB_KEY: (e + "position_embedding/embeddings", lambda t: t[None]),
         "embedding/kernel": (e + "patch_embedding/kernel", None),
         "embedding/bias": (e + "patch_embedding/bias", None),
-        "Transformer/encoder_norm/scale": ("vit_encoder/ln/gamma", None),
-        "Transformer/encoder_norm/bias": ("vit_encoder/ln/beta", None),
+        ENCODER_NORM + "/scale": ("vit_encoder/ln/gamma", None),
+        ENCODER_NORM + "/bias": ("vit_encoder/ln/beta", None),
         "pre_logits/kernel": ("pre_logits/kernel", None),
         "pre_logits/bias": ("pre_logits/bias", None),
         "head/kernel": ("predictions/kernel", None),
         "head/bias": ("predictions/bias", None),
     }
-    for i in range(config.num_layers):
-        b, o = f"vit_encoder/transformer_block_{i + 1}/", f"Transformer/encoderblock_{i}/"
-        for ours, theirs in (("query", "query"), ("key", "key"), ("value", "value"), ("out", "attention_output")):
-            for leaf in ("kernel", "bias"):
-                table[f"{o}MultiHeadDotProductAttention_1/{ours}/{leaf}"] = (f"{b}mha/{theirs}/{leaf}", None)
-        for ours, theirs in (("LayerNorm_0", "ln_1"), ("LayerNorm_2", "ln_2")):
-            table[f"{o}{ours}/scale"] = (f"{b}{theirs}/gamma", None)
-            table[f"{o}{ours}/bias"] = (f"{b}{theirs}/beta", None)
-        for ours, theirs in (("Dense_0", "dense_1"), ("Dense_1", "dense_2")):
-            for leaf in ("kernel", "bias"):
-                table[f"{o}MlpBlock_3/{ours}/{leaf}"] = (f"{b}mlp/{theirs}/{leaf}", None)
+    for i in range(config.num_layers):  # keras-hub counts its blocks from 1
+        keras_block(table, i, f"vit_encoder/transformer_block_{i + 1}/", _BLOCK)
     return rename(tensors, table)
 
 

@@ -1,4 +1,12 @@
-"""Where each of a model's variables lives in an official checkpoint.
+"""The key table: where each of a model's variables lives in an official checkpoint.
+
+The nested keys are written here once: the table of an encoder block's parts
+(BLOCK_PARTS), the MAP head's (MAP_PARTS), the position tables' and the final
+norm's roots; the rest are single top-level names ("embedding", "cls",
+"head", ...). `variables_by_key` gives a model's variables their keys. The checkpoint
+adapters (HF transformers, timm, keras-hub) only name their source's tensors
+for these parts (keras_vit.weights.checkpoint's rules), the HF writer reads the
+ViT adapter's names backwards, and keras_vit.weights.parts groups the keys.
 
 The official `.npz` files of google-research/vision_transformer are flat
 dicts keyed by Flax module paths, e.g.
@@ -18,7 +26,60 @@ the official `.npz` and HF writers refuse them (official_layout_error).
 
 from __future__ import annotations
 
-from typing import Dict
+import re
+from typing import Dict, Optional
+
+# --- the key table: every official key is written here, and only here ---
+
+POSEMB_ROOT = "Transformer/posembed_input"  # the learned position tables (see _position_embedding)
+POSEMB_KEY = POSEMB_ROOT + "/pos_embedding"
+ENCODER_NORM = "Transformer/encoder_norm"
+BLOCK_ROOT = "Transformer/encoderblock_"
+# An encoder block's parts -> their keys under "Transformer/encoderblock_{i}/". Every
+# checkpoint adapter names its source's tensors for these parts (keras_vit.weights.checkpoint's
+# block rules), and the HF writer reads the same table backwards. ls1/ls2 (LayerScale) and the
+# relative position bias are ours, in the official style.
+BLOCK_PARTS = {
+    "query": "MultiHeadDotProductAttention_1/query",
+    "key": "MultiHeadDotProductAttention_1/key",
+    "value": "MultiHeadDotProductAttention_1/value",
+    "out": "MultiHeadDotProductAttention_1/out",
+    "relative_bias": "MultiHeadDotProductAttention_1/relative_position_bias",
+    "norm1": "LayerNorm_0",
+    "norm2": "LayerNorm_2",
+    "fc1": "MlpBlock_3/Dense_0",
+    "fc2": "MlpBlock_3/Dense_1",
+    "ls1": "ls1",
+    "ls2": "ls2",
+}
+# SigLIP's attention-pooling head (big_vision's MAPHead_0), the same way.
+MAP_ROOT = "MAPHead_0"
+MAP_PARTS = {
+    "probe": "probe",
+    "query": "MultiHeadDotProductAttention_0/query",
+    "key": "MultiHeadDotProductAttention_0/key",
+    "value": "MultiHeadDotProductAttention_0/value",
+    "out": "MultiHeadDotProductAttention_0/out",
+    "norm": "LayerNorm_0",
+    "fc1": "MlpBlock_0/Dense_0",
+    "fc2": "MlpBlock_0/Dense_1",
+}
+_BLOCK_INDEX = re.compile(re.escape(BLOCK_ROOT) + r"(\d+)/")
+
+
+def block_key(i: int, part: str) -> str:
+    """The key (without its leaf: kernel, bias, scale) of part `part` of encoder block `i`."""
+    return f"{BLOCK_ROOT}{i}/{BLOCK_PARTS[part]}"
+
+
+def map_key(part: str) -> str:
+    return f"{MAP_ROOT}/{MAP_PARTS[part]}"
+
+
+def block_of(key: str) -> Optional[int]:
+    """The encoder block a key belongs to, or None."""
+    match = _BLOCK_INDEX.match(key)
+    return int(match.group(1)) if match else None
 
 
 def _norm(prefix, layer):
@@ -38,11 +99,11 @@ def _optional(prefix, layer, read):
 
 def _map_head(head):
     """SigLIP's attention-pooling head, under big_vision's MAPHead_0 names."""
-    out = {"MAPHead_0/probe": head.probe, **_norm("MAPHead_0/LayerNorm_0", head.norm)}
+    out = {map_key("probe"): head.probe, **_norm(map_key("norm"), head.norm)}
     for name in ("query", "key", "value", "out"):
-        out.update(_dense(f"MAPHead_0/MultiHeadDotProductAttention_0/{name}", getattr(head, name)))
-    out.update(_dense("MAPHead_0/MlpBlock_0/Dense_0", head.mlp.dense_0))
-    out.update(_dense("MAPHead_0/MlpBlock_0/Dense_1", head.mlp.dense_1))
+        out.update(_dense(map_key(name), getattr(head, name)))
+    out.update(_dense(map_key("fc1"), head.mlp.dense_0))
+    out.update(_dense(map_key("fc2"), head.mlp.dense_1))
     return out
 
 
@@ -69,7 +130,7 @@ def _position_embedding(layer):
     """The learned absolute position tables: "learned_1d" (official), "learned_2d"
     (ours); "sincos_2d" has none, and "relative" / "none" have no layer."""
     names = ("pos_embedding", "column_embedding", "row_embedding", "prefix_embedding")
-    return {f"Transformer/posembed_input/{name}": getattr(layer, name) for name in names
+    return {f"{POSEMB_ROOT}/{name}": getattr(layer, name) for name in names
             if getattr(layer, name, None) is not None}
 
 
@@ -98,24 +159,23 @@ def variables_by_key(model) -> Dict[str, object]:
     out.update(_position_embedding(model.position_embedding))
     out.update(_optional("pre_norm", model.pre_norm, _norm))
     for i, block in enumerate(model.encoder.blocks):
-        prefix = f"Transformer/encoderblock_{i}"
         attention = block.attention
-        out.update(_norm(f"{prefix}/LayerNorm_0", block.attention_norm))
+        out.update(_norm(block_key(i, "norm1"), block.attention_norm))
         for name in ("query", "key", "value", "out"):
-            out.update(_dense(f"{prefix}/MultiHeadDotProductAttention_1/{name}", getattr(attention, name)))
+            out.update(_dense(block_key(i, name), getattr(attention, name)))
         relative = attention.relative_position_bias
         if relative is not None:  # not in the official layout (position_embedding="relative")
-            bias = f"{prefix}/MultiHeadDotProductAttention_1/relative_position_bias"
+            bias = block_key(i, "relative_bias")
             out[f"{bias}/relative_bias"] = relative.relative_bias
             if relative.prefix_bias is not None:
                 out[f"{bias}/prefix_bias"] = relative.prefix_bias
-        out.update(_norm(f"{prefix}/LayerNorm_2", block.mlp_norm))
-        out.update(_dense(f"{prefix}/MlpBlock_3/Dense_0", block.mlp.dense_0))
-        out.update(_dense(f"{prefix}/MlpBlock_3/Dense_1", block.mlp.dense_1))
+        out.update(_norm(block_key(i, "norm2"), block.mlp_norm))
+        out.update(_dense(block_key(i, "fc1"), block.mlp.dense_0))
+        out.update(_dense(block_key(i, "fc2"), block.mlp.dense_1))
         for name, scale in (("ls1", block.attention_scale), ("ls2", block.mlp_scale)):
             if scale is not None:  # LayerScale (DINOv2): not in the official layout
-                out[f"{prefix}/{name}/scale"] = scale.scale
-    out.update(_optional("Transformer/encoder_norm", model.encoder.encoder_norm, _norm))
+                out[f"{block_key(i, name)}/scale"] = scale.scale
+    out.update(_optional(ENCODER_NORM, model.encoder.encoder_norm, _norm))
     if model.config.classifier == "map":
         out.update(_map_head(model.pooling))
     out.update(_optional("pooled_norm", model.pooled_norm, _norm))

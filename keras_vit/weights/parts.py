@@ -27,7 +27,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Dict, Optional
 
-from keras_vit.weights.layout import variables_by_key
+from keras_vit.weights.layout import ENCODER_NORM, MAP_ROOT, POSEMB_ROOT, block_of, variables_by_key
 
 STEM, BLOCK, FINAL_NORM, READOUT, CLASSIFIER = "stem", "block", "final_norm", "readout", "classifier"
 
@@ -35,7 +35,7 @@ STEM, BLOCK, FINAL_NORM, READOUT, CLASSIFIER = "stem", "block", "final_norm", "r
 _ROOTS = {
     "embedding": STEM, "cls": STEM, "dist_token": STEM, "reg_tokens": STEM, "pre_norm": STEM,
     "conv_root": STEM, "gn_root": STEM,  # the hybrid's ResNet ("block{s}/unit{u}/..." below)
-    "MAPHead_0": READOUT, "pooled_norm": READOUT, "projection": READOUT, "pre_logits": READOUT,
+    MAP_ROOT: READOUT, "pooled_norm": READOUT, "projection": READOUT, "pre_logits": READOUT,
     "head": CLASSIFIER, "head_dist": CLASSIFIER,
 }
 # The classifiers' layers by checkpoint name: the head, and DeiT's second one on the distillation token.
@@ -77,16 +77,16 @@ class WeightPart:
 def part_of(key: str) -> WeightPart:
     """The part of the weight under official checkpoint key `key`."""
     parts = key.split("/")
-    if parts[0] == "Transformer":
-        if parts[1].startswith("encoderblock_"):
-            return WeightPart(key, BLOCK, int(parts[1][len("encoderblock_"):]))
-        if parts[1] == "encoder_norm":
-            return WeightPart(key, FINAL_NORM)
-        if parts[1] == "posembed_input":
-            return WeightPart(key, STEM)
-    elif parts[0] in _ROOTS:
+    block = block_of(key)
+    if block is not None:
+        return WeightPart(key, BLOCK, block)
+    if key.startswith(ENCODER_NORM + "/"):
+        return WeightPart(key, FINAL_NORM)
+    if key.startswith(POSEMB_ROOT + "/"):
+        return WeightPart(key, STEM)
+    if parts[0] in _ROOTS:
         return WeightPart(key, _ROOTS[parts[0]])
-    elif parts[0].startswith("block") and len(parts) > 1 and parts[1].startswith("unit"):
+    if parts[0].startswith("block") and len(parts) > 1 and parts[1].startswith("unit"):
         return WeightPart(key, STEM)  # a ResNet unit of the hybrid stem
     raise ValueError(f"keras_vit.weights.parts knows no part for checkpoint key {key!r}: add its layer to "
                      f"the tables in keras_vit/weights/parts.py.")

@@ -21,6 +21,7 @@ import math
 import numpy as np
 
 from keras_vit.errors import UserError
+from keras_vit.weights.layout import BLOCK_PARTS, POSEMB_ROOT
 
 
 def _linear_resize_axis(x: np.ndarray, new_size: int, axis: int) -> np.ndarray:
@@ -88,11 +89,12 @@ def resize_position_embedding(posemb, new_grid, num_prefix_tokens=1, old_grid=No
     return np.concatenate([prefix, grid], axis=1)
 
 
-# Official-layout key suffixes of the resizable position weights (keras_vit.weights.layout).
-POSEMB_1D_SUFFIX = "posembed_input/pos_embedding"
-ROW_SUFFIX = "posembed_input/row_embedding"
-COLUMN_SUFFIX = "posembed_input/column_embedding"
-RELATIVE_SUFFIX = "relative_position_bias/relative_bias"
+# Official-layout key suffixes of the resizable position weights (the key table's).
+_POSITIONS = POSEMB_ROOT.rsplit("/", 1)[-1]
+POSEMB_1D_SUFFIX = f"{_POSITIONS}/pos_embedding"
+ROW_SUFFIX = f"{_POSITIONS}/row_embedding"
+COLUMN_SUFFIX = f"{_POSITIONS}/column_embedding"
+RELATIVE_SUFFIX = BLOCK_PARTS["relative_bias"].rsplit("/", 1)[-1] + "/relative_bias"
 
 
 def resize_relative_position_bias(table, new_grid) -> np.ndarray:

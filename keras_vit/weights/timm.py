@@ -79,18 +79,21 @@ import numpy as np
 from keras_vit.config import ViTConfig
 from keras_vit.errors import UserError
 from keras_vit.weights.checkpoint import (
+    CONV,
     POSEMB_KEY,
     Checkpoint,
-    conv_kernel,
+    activation,
     grid_side,
-    linear_kernel,
-    out_kernel,
-    qkv_bias,
-    qkv_kernel,
+    no_qkv_bias,
     read_json,
     read_safetensors,
     rename,
+    torch_block,
+    torch_dense,
+    torch_map_head,
+    torch_norm,
 )
+from keras_vit.weights.layout import ENCODER_NORM
 
 logger = logging.getLogger("keras_vit")
 
@@ -114,8 +117,6 @@ _GELU_TANH = frozenset({
 # timm's builders with mlp_layer=SwiGLUPacked and act_layer=nn.SiLU: fc1 is [gate; value].
 _SWIGLU_PACKED = frozenset({"vit_giant_patch14_dinov2", "vit_giant_patch14_reg4_dinov2",
                             "vit_giant_patch14_reg1_tipsv2"})
-# model_args act_layer (timm's get_act_layer names) -> (mlp_activation, gelu_approximate).
-_ACT_LAYERS = {"gelu": ("gelu", False), "gelu_tanh": ("gelu", True), "quick_gelu": ("quick_gelu", False)}
 # Architecture names of the families whose resize and pixels follow timm (non-distilled DeiT
 # and SigLIP with average pooling have the plain layout).
 _FAMILY_NAME = re.compile(r"^deit|dinov2|siglip|_clip_")
@@ -135,27 +136,34 @@ _UNSUPPORTED = (
 )
 
 
-def _fused(index, heads, kind, parts=3):
-    """One of q/k/v (or k/v) from timm's fused tensor: thirds (halves) of its rows, each heads-major."""
-    def transform(t):
-        part = np.split(t, parts, axis=0)[index]
-        return qkv_kernel(part, heads) if kind == "kernel" else qkv_bias(part, heads)
-    return transform
+# timm's Block names for our parts (layout.BLOCK_PARTS); q, k and v as _unfuse leaves them.
+_BLOCK = dict(query="attn.q", key="attn.k", value="attn.v", out="attn.proj", norm1="norm1", norm2="norm2",
+              fc1="mlp.fc1", fc2="mlp.fc2", ls1="ls1.gamma", ls2="ls2.gamma")
+# AttentionPoolLatent's names for the MAP head's parts (layout.MAP_PARTS): the latent is the
+# probe, q acts on it, kv is key then value (split by _unfuse).
+_ATTENTION_POOL = dict(probe="latent", query="q", key="k", value="v", out="proj", norm="norm", fc1="mlp.fc1",
+                       fc2="mlp.fc2")
+
+
+def _unfuse(tensors: Dict[str, np.ndarray], fused: str, names) -> None:
+    """Splits timm's fused Linear `fused` (qkv: thirds; kv: halves of its rows, in that
+    order) into one Linear per name beside it, as torch tensors."""
+    root = fused.rsplit(".", 1)[0]
+    for leaf in ("weight", "bias"):
+        packed = tensors.pop(f"{fused}.{leaf}", None)
+        if packed is not None:
+            for name, part in zip(names, np.split(np.asarray(packed, np.float32), len(names), axis=0)):
+                tensors[f"{root}.{name}.{leaf}"] = part
 
 
 def params_from_timm(tensors: Dict[str, np.ndarray], config: ViTConfig) -> Dict[str, np.ndarray]:
-    """timm tensors (already in our token layout, see _tokens) -> official layout. The fused
-    qkv is used three times, so it is split here first; everything no rule uses keeps its
-    timm name."""
+    """timm tensors (already in our token layout, see _tokens) -> official layout; everything
+    no rule uses keeps its timm name."""
     heads = config.num_heads
     tensors = dict(tensors)
     for i in range(config.num_layers):
+        _unfuse(tensors, f"blocks.{i}.attn.qkv", "qkv")
         for leaf in ("weight", "bias"):
-            fused = tensors.pop(f"blocks.{i}.attn.qkv.{leaf}", None)
-            if fused is not None:
-                for j, name in enumerate("qkv"):
-                    tensors[f"blocks.{i}.attn.{name}.{leaf}"] = _fused(j, heads, "kernel" if leaf == "weight" else
-                                                                      "bias")(np.asarray(fused, np.float32))
             g, x = tensors.pop(f"blocks.{i}.mlp.fc1_g.{leaf}", None), tensors.pop(f"blocks.{i}.mlp.fc1_x.{leaf}", None)
             if g is not None and x is not None:  # timm's SwiGLU: silu(fc1_g) * fc1_x -> [gate; value]
                 tensors[f"blocks.{i}.mlp.fc1.{leaf}"] = np.concatenate([g, x], axis=0)
@@ -164,71 +172,31 @@ def params_from_timm(tensors: Dict[str, np.ndarray], config: ViTConfig) -> Dict[
         "dist_token": ("dist_token", None),
         "reg_tokens": ("reg_token", None),
         POSEMB_KEY: ("pos_embed", None),
-        "embedding/kernel": ("patch_embed.proj.weight", conv_kernel),
-        "embedding/bias": ("patch_embed.proj.bias", None),
-        "pre_norm/scale": ("norm_pre.weight", None),
-        "pre_norm/bias": ("norm_pre.bias", None),
-        "Transformer/encoder_norm/scale": ("norm.weight", None),
-        "Transformer/encoder_norm/bias": ("norm.bias", None),
-        "pooled_norm/scale": ("fc_norm.weight", None),
-        "pooled_norm/bias": ("fc_norm.bias", None),
-        "pre_logits/kernel": ("pre_logits.fc.weight", linear_kernel),
-        "pre_logits/bias": ("pre_logits.fc.bias", None),
-        "head/kernel": ("head.weight", linear_kernel),
-        "head/bias": ("head.bias", None),
-        "head_dist/kernel": ("head_dist.weight", linear_kernel),
-        "head_dist/bias": ("head_dist.bias", None),
-        "projection/kernel": ("projection.weight", linear_kernel),  # a CLIP head without bias (see read_timm)
     }
+    torch_dense(table, "embedding", "patch_embed.proj", kernel=CONV)
+    torch_norm(table, "pre_norm", "norm_pre")
     for i in range(config.num_layers):
-        b, o = f"blocks.{i}.", f"Transformer/encoderblock_{i}/"
-        a = o + "MultiHeadDotProductAttention_1/"
-        for name, short in (("query", "q"), ("key", "k"), ("value", "v")):
-            table[a + name + "/kernel"] = (f"{b}attn.{short}.weight", None)  # already split and reshaped
-            table[a + name + "/bias"] = (f"{b}attn.{short}.bias", None)
-        table[a + "out/kernel"] = (b + "attn.proj.weight", lambda w: out_kernel(w, heads))
-        table[a + "out/bias"] = (b + "attn.proj.bias", None)
-        for ours, theirs in (("LayerNorm_0", "norm1"), ("LayerNorm_2", "norm2")):
-            table[o + ours + "/scale"] = (f"{b}{theirs}.weight", None)
-            table[o + ours + "/bias"] = (f"{b}{theirs}.bias", None)
-        for ours, theirs in (("Dense_0", "mlp.fc1"), ("Dense_1", "mlp.fc2")):
-            table[o + f"MlpBlock_3/{ours}/kernel"] = (f"{b}{theirs}.weight", linear_kernel)
-            table[o + f"MlpBlock_3/{ours}/bias"] = (f"{b}{theirs}.bias", None)
-        table[o + "ls1/scale"] = (b + "ls1.gamma", None)
-        table[o + "ls2/scale"] = (b + "ls2.gamma", None)
-    _attention_pool(tensors, table, config)
+        torch_block(table, i, f"blocks.{i}.", _BLOCK, heads)
+    torch_norm(table, ENCODER_NORM, "norm")
+    torch_norm(table, "pooled_norm", "fc_norm")
+    torch_dense(table, "pre_logits", "pre_logits.fc")
+    torch_dense(table, "head", "head")
+    torch_dense(table, "head_dist", "head_dist")
+    torch_dense(table, "projection", "projection", bias=False)  # a CLIP head without bias (see read_timm)
+    if "attn_pool.latent" in tensors:
+        _attention_pool(tensors, config)
+        torch_map_head(table, "attn_pool.", _ATTENTION_POOL, heads)
     return rename(tensors, table)
 
 
-def _attention_pool(tensors: Dict[str, np.ndarray], table: dict, config: ViTConfig) -> None:
-    """AttentionPoolLatent -> MAPHead_0: latent = probe; q (on the latent) = query; kv = key
-    then value; proj = out; norm, mlp.fc1 / fc2 as the head's LayerNorm and MLP."""
-    if "attn_pool.latent" not in tensors:
-        return
-    heads, width = config.num_heads, config.hidden_size
-    m, a = "MAPHead_0/", "MAPHead_0/MultiHeadDotProductAttention_0/"
-    table[m + "probe"] = ("attn_pool.latent", None)
-    if "attn_pool.q.weight" in tensors:
-        table[a + "query/kernel"] = ("attn_pool.q.weight", lambda w: qkv_kernel(w, heads))
-        table[a + "query/bias"] = ("attn_pool.q.bias", lambda b: qkv_bias(b, heads))
-    else:  # q_proj=False: the latent is the query itself (an identity projection)
-        tensors["attn_pool.q.identity"] = np.eye(width, dtype=np.float32).reshape(width, heads, -1)
-        tensors["attn_pool.q.zero"] = np.zeros((heads, width // heads), np.float32)
-        table[a + "query/kernel"] = ("attn_pool.q.identity", None)
-        table[a + "query/bias"] = ("attn_pool.q.zero", None)
-    for leaf, kind in (("weight", "kernel"), ("bias", "bias")):
-        kv = tensors.pop(f"attn_pool.kv.{leaf}", None)
-        if kv is not None:
-            for j, name in enumerate(("key", "value")):
-                tensors[f"attn_pool.{name}.{leaf}"] = _fused(j, heads, kind, parts=2)(np.asarray(kv, np.float32))
-                table[a + f"{name}/{kind}"] = (f"attn_pool.{name}.{leaf}", None)
-    table[a + "out/kernel"] = ("attn_pool.proj.weight", lambda w: out_kernel(w, heads))
-    table[a + "out/bias"] = ("attn_pool.proj.bias", None)
-    table[m + "LayerNorm_0/scale"] = ("attn_pool.norm.weight", None)
-    table[m + "LayerNorm_0/bias"] = ("attn_pool.norm.bias", None)
-    for ours, theirs in (("Dense_0", "fc1"), ("Dense_1", "fc2")):
-        table[m + f"MlpBlock_0/{ours}/kernel"] = (f"attn_pool.mlp.{theirs}.weight", linear_kernel)
-        table[m + f"MlpBlock_0/{ours}/bias"] = (f"attn_pool.mlp.{theirs}.bias", None)
+def _attention_pool(tensors: Dict[str, np.ndarray], config: ViTConfig) -> None:
+    """AttentionPoolLatent's kv as key and value; with q_proj=False the latent is the query
+    itself: an identity projection."""
+    _unfuse(tensors, "attn_pool.kv", ("k", "v"))
+    if "attn_pool.q.weight" not in tensors:
+        width = config.hidden_size
+        tensors["attn_pool.q.weight"] = np.eye(width, dtype=np.float32)
+        tensors["attn_pool.q.bias"] = np.zeros(width, np.float32)
 
 
 def _num_heads(architecture: Optional[str], model_args: dict, width: int, depth: int, mlp: int, where: str) -> int:
@@ -261,10 +229,7 @@ def _activation(architecture: str, model_args: dict, where: str) -> Tuple[str, b
     """timm's act_layer: config.json's model_args, else the builder's (by the architecture name)."""
     act = model_args.get("act_layer")
     if act is not None:
-        if act not in _ACT_LAYERS:
-            raise _refuse(where, architecture, f"act_layer={act!r} (keras-vit's MLP is GELU, tanh-GELU, QuickGELU "
-                                               f"or SwiGLU)")
-        return _ACT_LAYERS[act]
+        return activation(act, "act_layer", where)
     if architecture in _GELU_TANH:
         return "gelu", True
     if "_clip_quickgelu_" in architecture:
@@ -283,8 +248,7 @@ def _check_layout(tensors: Dict[str, np.ndarray], architecture: Optional[str], w
         raise UserError(f"{where} is not a timm VisionTransformer checkpoint (no patch_embed.proj.weight / "
                         f"blocks.0.attn.qkv.weight).")
     if "blocks.0.attn.qkv.bias" not in tensors:
-        raise UserError(f"{where} was built with qkv_bias=False: keras-vit's attention always has query/key/"
-                        f"value biases, so this layout cannot be expressed.")
+        raise no_qkv_bias(where)
     for name, what in (("blocks.0.norm1.bias", "norms without a bias (RMSNorm-style norm_layer)"),
                        ("blocks.0.attn.proj.bias", "projections without a bias (proj_bias=False)")):
         if name not in tensors:
