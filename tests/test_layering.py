@@ -13,6 +13,7 @@ indirectly.
 
 import ast
 import fnmatch
+import json
 import os
 import subprocess
 import sys
@@ -229,36 +230,58 @@ def test_dynamic_imports_name_their_modules_in_the_source():
 
 # --- at run time: what importing a module really loads ---------------------------------------------------------
 
-def imported_after(module, first="sys"):
-    """The modules loaded by importing `module` in a fresh process (after `first`)."""
-    script = (f"import sys, importlib, {first}; importlib.import_module({module!r})\n"
-              "print('\\n'.join(sorted(sys.modules)))")
+# One fresh process imports these in this order and reports, after each, every module loaded so far. A module's
+# set is then what importing it loads, plus what the modules before it loaded: a superset of what it loads in a
+# process of its own, so "X loads no trainer" read from it can only be stricter. Importing any keras_vit module
+# imports the package first, so "keras_vit" leads; the shared homes come before any model-building module, so
+# their union is theirs alone (with the package's), as when each had a process of its own.
+IMPORT_ORDER = ["keras_vit", "keras_vit.mnist5k", "keras_vit.runs", "keras_vit.model", "keras_vit.pretrained",
+                "keras_vit.model_source", "keras_vit.export.pipeline", "keras_vit.inspection.figures"]
+BELOW_THE_TRAINER = ["keras_vit.model", "keras_vit.pretrained", "keras_vit.model_source", "keras_vit.export.pipeline",
+                     "keras_vit.inspection.figures"]
+
+
+def imported_after(modules, first="sys"):
+    """{module: the modules loaded once it is imported} for `modules` imported in this order (after `first`),
+    in one fresh process."""
+    script = (f"import json, sys, importlib, {first}\n"
+              f"for name in {list(modules)!r}:\n"
+              "    importlib.import_module(name)\n"
+              "    print(json.dumps([name, sorted(sys.modules)]))\n")
     done = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=180,
                           env={**os.environ, "PYTHONPATH": ROOT, "TF_CPP_MIN_LOG_LEVEL": "3"})
     assert done.returncode == 0, done.stderr[-2000:]
-    return set(done.stdout.split())
+    steps = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("[")]
+    assert [name for name, _ in steps] == list(modules), done.stdout[-2000:]
+    return {name: set(loaded) for name, loaded in steps}
+
+
+@pytest.fixture(scope="module")
+def loaded():
+    """The two fresh processes of the run-time checks: the command line's import, and IMPORT_ORDER."""
+    return {"cli": imported_after(["keras_vit"], first="keras_vit_cli")["keras_vit"], **imported_after(IMPORT_ORDER)}
 
 
 @pytest.mark.slow
-def test_the_command_lines_import_of_keras_vit_starts_neither_keras_nor_tensorflow():
+def test_the_command_lines_import_of_keras_vit_starts_neither_keras_nor_tensorflow(loaded):
     """The `keras-vit` command (keras_vit_cli) answers --help at once; a program's
     `import keras_vit` imports Keras, to register the layers (#30, tests/test_guest.py)."""
-    loaded = imported_after("keras_vit", first="keras_vit_cli")
-    assert not {"keras", "tensorflow", "jax", "torch"} & loaded, sorted(loaded)
-    assert {"keras", "keras_vit.model"} <= imported_after("keras_vit")
+    assert not {"keras", "tensorflow", "jax", "torch"} & loaded["cli"], sorted(loaded["cli"])
+    assert {"keras", "keras_vit.model"} <= loaded["keras_vit"]
 
 
-@pytest.mark.parametrize("module", ["keras_vit.model", "keras_vit.pretrained", "keras_vit.model_source",
-                                    "keras_vit.export.pipeline", "keras_vit.inspection.figures"])
+@pytest.mark.parametrize("module", BELOW_THE_TRAINER)
 @pytest.mark.slow
-def test_below_the_trainer_nothing_loads_it(module):
-    loaded = imported_after(module)
-    assert module in loaded
-    assert not any(name.startswith("keras_vit.training") for name in loaded), sorted(loaded)
+def test_below_the_trainer_nothing_loads_it(loaded, module):
+    assert module in loaded[module]
+    trainer = sorted(name for name in loaded[module] if name.startswith("keras_vit.training"))
+    assert not trainer, f"{module} (or a module imported before it in IMPORT_ORDER) loads {trainer}"
 
 
 @pytest.mark.slow
-def test_the_shared_homes_stand_alone():
-    loaded = imported_after("keras_vit.mnist5k") | imported_after("keras_vit.runs")
-    assert not any(name.startswith(("keras_vit.training", "keras_vit.export", "keras_vit.inspection"))
-                   for name in loaded), sorted(loaded)
+def test_the_shared_homes_stand_alone(loaded):
+    both = loaded["keras_vit.runs"]  # the package, keras_vit.mnist5k and keras_vit.runs, in that order
+    assert {"keras_vit.mnist5k", "keras_vit.runs"} <= both
+    above = sorted(name for name in both
+                   if name.startswith(("keras_vit.training", "keras_vit.export", "keras_vit.inspection")))
+    assert not above, above
