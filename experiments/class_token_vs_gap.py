@@ -31,7 +31,7 @@ CLAIM = ("A class token and global average pooling work equally well, but need d
 HEADS = ("token", "gap")
 LEARNING_RATES = (3e-4, 1e-3, 3e-3, 1e-2, 3e-2)  # 3e-2: the first sweep peaked at its top end
 QUICK_LEARNING_RATES = (1e-3, 1e-2)
-STEPS, QUICK_STEPS = 400, 20
+STEPS, QUICK_STEPS = 400, 4
 TEST_EXAMPLES = 1000
 HEAD_NAMES = {"token": "class token", "gap": "GAP"}
 

@@ -32,7 +32,7 @@ from experiments import common  # noqa: E402
 NAME = "hybrid_vs_plain"
 CLAIM = ("Hybrids slightly outperform ViT at small computational budgets, but the difference vanishes for "
          "larger ones (Section 4.4, Figure 5).")
-BUDGETS, QUICK_BUDGETS = (80, 250, 800), (5, 15)
+BUDGETS, QUICK_BUDGETS = (80, 250, 800), (2, 4)
 IMAGE_SIZE, BATCH = 32, 128
 TEST_EXAMPLES = 1000
 ARCHITECTURES = ("vit", "hybrid")

@@ -39,7 +39,7 @@ QUICK_KINDS = ("none", "relative")
 PAPER = {"none": 61.382, "learned_1d": 64.206, "learned_2d": 64.001, "relative": 64.032}
 # Equal budgets within a task; the left-digit task (2x the tokens, a harder question) gets more.
 STEPS = {"digits": 200, "left digit": 300}
-QUICK_STEPS = 20
+QUICK_STEPS = 4
 PATCH = {"digits": 7, "left digit": 8}
 TRAIN_EXAMPLES, TEST_EXAMPLES = 4000, 1000
 

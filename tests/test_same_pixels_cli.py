@@ -43,12 +43,23 @@ def folders(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def trained(folders):
+    """Both runs, with --deterministic: TensorFlow's op determinism stays on for this file's tests and
+    is turned off again when they are done (no public API does; the rest of the worker's files run as
+    they would without this one)."""
+    from tensorflow.python.framework import config as tf_config
+
+    was_deterministic = tf_config.is_op_determinism_enabled()
     runs = {}
-    for bits in ("8", "16"):
-        workdir = folders / f"run{bits}"
-        assert main(["train", "--dataset", f"folder:{folders / bits}", "--workdir", str(workdir), *TRAIN]) == 0
-        runs[bits] = workdir
-    return runs
+    try:
+        for bits in ("8", "16"):
+            workdir = folders / f"run{bits}"
+            assert main(["train", "--dataset", f"folder:{folders / bits}", "--workdir", str(workdir), *TRAIN]) == 0
+            runs[bits] = workdir
+        assert tf_config.is_op_determinism_enabled()  # what --deterministic asked for
+        yield runs
+    finally:
+        if not was_deterministic:
+            tf_config.disable_op_determinism()
 
 
 def test_training_on_the_8_and_16_bit_folders_is_identical(trained):
