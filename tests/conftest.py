@@ -61,3 +61,45 @@ def _record_memory(request):
         with open(log, "a") as f:
             f.write(f"{os.getpid()} {_rss_mb():.0f} {request.node.nodeid}\n")
 
+
+# --- one finished run on the bundled digits, built once (#36) ---------------------------------------------
+
+def _shared_root(tmp_path_factory):
+    """The folder every xdist worker of this session sees (the session's basetemp); this
+    process's own basetemp without xdist (its parent is shared by other pytest sessions)."""
+    base = tmp_path_factory.getbasetemp()
+    return base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+
+
+@pytest.fixture(scope="session")
+def digits_run(tmp_path_factory):
+    """A finished 2-step `keras-vit train` run (tests/test_cli.py's TRAIN: Mu/4 on 7x7 patches of
+    the bundled digits, no XLA; its checkpoint at step 2), trained once per `make test` however
+    many workers and files ask for it: the first builds it under a lock, the others wait for it.
+
+    Shared: read it only. A test that trains, resumes or re-runs on it (even one refused: it
+    takes the workdir's lock) works on a copy (`copy_run`)."""
+    import fcntl
+
+    from keras_vit.cli import main
+    from tests.test_cli import TRAIN
+
+    root = _shared_root(tmp_path_factory)
+    workdir, done = root / "digits_run" / "run", root / "digits_run" / "built"
+    with open(root / "digits_run.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not done.exists():
+            import shutil
+
+            shutil.rmtree(workdir.parent, ignore_errors=True)  # a build that failed half-way
+            workdir.parent.mkdir()
+            assert main([*TRAIN, "--steps", "2", "--checkpoint-every", "2", "--workdir", str(workdir)]) == 0
+            done.write_text("")
+    return workdir
+
+
+def copy_run(run, tmp_path, name="run"):
+    """A copy of the shared run folder `run` to write into."""
+    import shutil
+
+    return shutil.copytree(run, tmp_path / name)

@@ -15,6 +15,7 @@ import pytest
 from keras_vit import storage
 from keras_vit.cli import COMMANDS, main
 from keras_vit.errors import CannotContinue, MissingExtra, UserError
+from tests.conftest import copy_run
 from tests.training_helpers import checkpoint_arrays
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -44,10 +45,10 @@ def _one_error_line(err, command):
 
 
 @pytest.fixture(scope="module")
-def finished(tmp_path_factory):
-    workdir = tmp_path_factory.mktemp("cli") / "run"
-    assert main([*TRAIN, "--steps", "2", "--checkpoint-every", "2", "--workdir", str(workdir)]) == 0
-    return workdir
+def finished(digits_run):
+    """A finished run of TRAIN, 2 steps, checkpointed at step 2: conftest's digits_run, shared with other
+    files (read only: a test that trains on it works on a copy)."""
+    return digits_run
 
 
 # --- help without TensorFlow (#16 item 7) -------------------------------------------------------------------
@@ -194,7 +195,7 @@ def test_corrupt_keras_file_is_not_called_missing(tmp_path, capsys):
 
 def test_incompatible_workdir_and_missing_data_are_one_line(finished, tmp_path, capsys):
     assert main([*TRAIN, "--steps", "4", "--model", "Ti/16", "--patch-size", "7", "--image-size", "28",
-                 "--workdir", str(finished)]) == 2
+                 "--workdir", str(copy_run(finished, tmp_path))]) == 2
     line = _one_error_line(capsys.readouterr().err, "train")
     assert "different run" in line and "new --workdir" in line
     assert main([*TRAIN, "--steps", "2", "--dataset", f"folder:{tmp_path / 'none'}",
@@ -222,20 +223,18 @@ def test_a_run_folder_holds_labels_and_what_actually_ran(finished):
         assert stat.S_IMODE(os.stat(path).st_mode) == 0o666 & ~umask, path
 
 
-def test_rerunning_a_finished_run_leaves_its_results_alone(finished, capsys):
-    before = (finished / "results.json").read_bytes()
-    assert main([*TRAIN, "--steps", "2", "--checkpoint-every", "2", "--workdir", str(finished)]) == 0
+def test_rerunning_a_finished_run_leaves_its_results_alone(finished, tmp_path, capsys):
+    workdir = copy_run(finished, tmp_path)  # the shared run is read only
+    before = (workdir / "results.json").read_bytes()
+    assert main([*TRAIN, "--steps", "2", "--checkpoint-every", "2", "--workdir", str(workdir)]) == 0
     out = capsys.readouterr().out
     assert out.count("already finished at step 2") == 1
-    assert (finished / "results.json").read_bytes() == before
+    assert (workdir / "results.json").read_bytes() == before
 
 
 @pytest.mark.slow
 def test_a_resumed_run_keeps_the_history_of_its_segments(finished, tmp_path, capsys):
-    import shutil
-
-    workdir = tmp_path / "more"
-    shutil.copytree(finished, workdir)
+    workdir = copy_run(finished, tmp_path, "more")
     assert main([*TRAIN, "--steps", "4", "--checkpoint-every", "2", "--learning-rate", "0.003",
                  "--workdir", str(workdir)]) == 0
     results = json.loads((workdir / "results.json").read_text())
@@ -300,7 +299,9 @@ def test_variants_output_is_the_docs_table(capsys):
 
 @pytest.mark.slow
 def test_ctrl_c_checkpoints_and_resuming_equals_an_uninterrupted_run(tmp_path):
-    settings = [*TRAIN, "--steps", "40", "--checkpoint-every", "1", "--keep-checkpoints", "1",
+    # 20 steps: the signal comes as the first checkpoint appears, a step or two in (~0.2 s a step, each
+    # checkpointed), with a wide margin before the end (was 40: ~4 s more in each of two processes).
+    settings = [*TRAIN, "--steps", "20", "--checkpoint-every", "1", "--keep-checkpoints", "1",
                 "--deterministic", "--dropout-rate", "0.1"]
     straight = subprocess.Popen([sys.executable, "-m", "keras_vit_cli", *settings, "--workdir",
                                  str(tmp_path / "straight")], cwd=ROOT, env=_env(),
@@ -319,7 +320,7 @@ def test_ctrl_c_checkpoints_and_resuming_equals_an_uninterrupted_run(tmp_path):
     assert len(lines) == 1 and re.match(r"keras-vit train: Ctrl-C: checkpoint of step \d+ written to .*; "
                                         r"re-run the same command to resume\.$", lines[0]), err
     stopped = int(re.search(r"step (\d+)", lines[0]).group(1))
-    assert 0 < stopped < 40
+    assert 0 < stopped < 20
     assert [p.name for p in checkpoints.iterdir()] == [f"ckpt-{stopped:08d}.npz"]
     assert json.loads((tmp_path / "resumed" / "results.json").read_text())["status"] == "interrupted"
     resumed = subprocess.run([sys.executable, "-m", "keras_vit_cli", *settings, "--workdir",
@@ -327,14 +328,14 @@ def test_ctrl_c_checkpoints_and_resuming_equals_an_uninterrupted_run(tmp_path):
                              capture_output=True, text=True, timeout=240)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert straight.wait(timeout=240) == 0, straight.stderr.read()[-3000:]
-    a = checkpoint_arrays(checkpoints / "ckpt-00000040.npz")
-    b = checkpoint_arrays(tmp_path / "straight" / "checkpoints" / "ckpt-00000040.npz")
+    a = checkpoint_arrays(checkpoints / "ckpt-00000020.npz")
+    b = checkpoint_arrays(tmp_path / "straight" / "checkpoints" / "ckpt-00000020.npz")
     assert a.keys() == b.keys()
     for key in a:  # weights, dropout RNG, optimizer moments and step
         np.testing.assert_array_equal(a[key], b[key], err_msg=key)
     segments = json.loads((tmp_path / "resumed" / "results.json").read_text())["segments"]
     assert [(s["start_step"], s["end_step"], s["ended"]) for s in segments] == [
-        (0, stopped, "interrupted"), (stopped, 40, "finished")]
+        (0, stopped, "interrupted"), (stopped, 20, "finished")]
 
 
 def test_a_second_ctrl_c_aborts_at_once():

@@ -92,22 +92,26 @@ def test_keras_load_model_after_a_plain_import_keras_vit(run_folder):
     """After `import keras_vit` (no hook: it registers its layers as it imports), keras.saving.load_model finds them."""
     folder, _ = run_folder
     path = str(folder / "model.keras")
-    script = ("import sys, keras_vit\n"
-              "import keras\n"
-              f"m = keras.saving.load_model({path!r}, compile=False)\n"
-              "print(type(m).__module__ + '.' + type(m).__name__)\n")
-    done = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=120,
-                          env={**os.environ, "PYTHONPATH": ROOT, "TF_CPP_MIN_LOG_LEVEL": "3"})
-    assert done.returncode == 0, done.stderr[-2000:]
-    assert done.stdout.strip() == "keras_vit.model.ViT"
+    env = {**os.environ, "PYTHONPATH": ROOT, "TF_CPP_MIN_LOG_LEVEL": "3"}
+
+    def start(script):
+        return subprocess.Popen([sys.executable, "-c", script], cwd=ROOT, env=env, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True)
+
+    with_keras_vit = start("import sys, keras_vit\n"
+                           "import keras\n"
+                           f"m = keras.saving.load_model({path!r}, compile=False)\n"
+                           "print(type(m).__module__ + '.' + type(m).__name__)\n")
     # Without keras_vit, Keras 3 does not import a third-party module recorded
     # in the file (only keras, keras_hub, keras_cv, keras_nlp): its error names
     # the class's registered name, and keras_vit.load_model is the fix (README).
-    script = (f"import keras\ntry:\n    keras.saving.load_model({path!r})\n"
-              "except Exception as error:\n    print(type(error).__name__, 'keras_vit>ViT' in str(error))\n")
-    done = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=120,
-                          env={**os.environ, "PYTHONPATH": ROOT, "TF_CPP_MIN_LOG_LEVEL": "3"})
-    assert done.stdout.strip() == "TypeError True", done.stdout + done.stderr[-2000:]
+    # Its own process, started beside the first (two TensorFlow imports at once, not one after the other).
+    without = start(f"import keras\ntry:\n    keras.saving.load_model({path!r})\n"
+                    "except Exception as error:\n    print(type(error).__name__, 'keras_vit>ViT' in str(error))\n")
+    (out, err), (out_without, err_without) = with_keras_vit.communicate(timeout=120), without.communicate(timeout=120)
+    assert with_keras_vit.returncode == 0, err[-2000:]
+    assert out.strip() == "keras_vit.model.ViT"
+    assert out_without.strip() == "TypeError True", out_without + err_without[-2000:]
 
 
 def test_changed_settings_lists_what_differs():

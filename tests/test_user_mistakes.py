@@ -13,6 +13,7 @@ import pytest
 from keras_vit import locks
 from keras_vit.errors import UserError
 from keras_vit.cli import main
+from tests.conftest import copy_run
 from tests.test_cli import TRAIN
 
 TRAIN_2 = [*TRAIN, "--steps", "2"]
@@ -150,18 +151,19 @@ def test_an_export_to_a_read_only_parent_fails_before_any_work(tmp_path, capsys,
 # --- what a run says (#37 items 7, 8, 9, 10) -----------------------------------------------------------------
 
 @pytest.fixture(scope="module")
-def finished(tmp_path_factory):
-    workdir = tmp_path_factory.mktemp("mistakes") / "run"
-    assert main([*TRAIN_2, "--checkpoint-every", "2", "--workdir", str(workdir)]) == 0
-    return workdir
+def finished(digits_run):
+    """A finished run of TRAIN_2 checkpointed at step 2 (conftest's digits_run, shared with tests/test_cli.py:
+    read only, a test that trains on it works on a copy)."""
+    return digits_run
 
 
 @pytest.mark.slow
-def test_another_patch_size_names_only_the_keys_that_differ(finished, capsys):
-    assert main([*TRAIN_2, "--patch-size", "4", "--workdir", str(finished)]) == 2
+def test_another_patch_size_names_only_the_keys_that_differ(finished, tmp_path, capsys):
+    workdir = copy_run(finished, tmp_path)
+    assert main([*TRAIN_2, "--patch-size", "4", "--workdir", str(workdir)]) == 2
     line = capsys.readouterr().err.strip()
     assert "model.patch_size: checkpoint 7, this run 4" in line and "hidden_size" not in line, line
-    assert len(line.replace(str(finished), "W")) < 400, line  # was 1.5 KB: both whole configs
+    assert len(line.replace(str(workdir), "W")) < 400, line  # was 1.5 KB: both whole configs
 
 
 @pytest.mark.slow
