@@ -74,30 +74,50 @@ REGULARISED = {"randaugment": [2, 10], "mixup": 0.8, "cutmix": 1.0, "mix_prob": 
                "loss": "sigmoid", "lr_base_batch": 8, "label_smoothing": 0.1, "train_augment": "translate"}
 
 
-def test_mirrored_on_two_devices_equals_one_device(tmp_path):
-    # XLA-compiled per-replica step, global batch 16 = 2 replicas x 8.
-    result = _finish(_launch({"workdir": str(tmp_path), "logical_cpus": 2, "mirrored_vs_one_device": True,
-                              "overrides": {"steps": 3, "batch_size": 16, "jit_compile": True}}))
+# The three mirrored checks' runs, in one fresh process on 2 logical CPUs:
+# each comparison's MirroredStrategy run, then the same on one device.
+# XLA-compiled per-replica steps, global batch 16 = 2 replicas x 8. (The
+# regularised first: its XLA program compiles in 11 s as the process's first
+# run, 20 s after another.)
+MIRRORED = {
+    "regularised": {"steps": 3, "batch_size": 16, "jit_compile": True, **REGULARISED},
+    "plain": {"steps": 3, "batch_size": 16, "jit_compile": True},
+}
+
+
+@pytest.fixture(scope="module")
+def mirrored(tmp_path_factory):
+    """{name: result} of each MIRRORED comparison; the plain one's mirrored run
+    also counts the all-reduces that carry the gradients while it is traced."""
+    results = _finish(_launch({"workdir": str(tmp_path_factory.mktemp("mirrored")), "logical_cpus": 2,
+                               "mirrored_vs_one_device": True, "comparisons": MIRRORED,
+                               "count_all_reduces": ["plain"]}), every=True)
+    assert [r["name"] for r in results] == list(MIRRORED)
+    return {r["name"]: r for r in results}
+
+
+def test_mirrored_on_two_devices_equals_one_device(mirrored):
+    result = mirrored["plain"]
     assert result["replicas"] == {"one_device": 1, "mirrored": 2}
+    assert result["steps"] == {"one_device": 3, "mirrored": 3} and len(result["losses"]["mirrored"]) == 3
     assert result["max_weight_difference"] < 1e-5 * max(1.0, result["max_weight"]), result
     np.testing.assert_allclose(result["losses"]["one_device"], result["losses"]["mirrored"], rtol=1e-5)
     assert abs(result["eval_loss"]["one_device"] - result["eval_loss"]["mirrored"]) < 1e-4
 
 
-def test_a_mirrored_step_all_reduces_the_gradients_once(tmp_path):
-    # Traced under two replicas: each replica's step carries the gradients
-    # into exactly one all-reduce (Keras' optimizer would sum them again).
-    result = _finish(_launch({"workdir": str(tmp_path), "logical_cpus": 2, "count_all_reduces": True,
-                              "overrides": {"steps": 4, "batch_size": 16, "strategy": "mirrored",
-                                            "jit_compile": True}}))
-    assert result["replicas"] == 2 and result["steps"] == 2
+def test_a_mirrored_step_all_reduces_the_gradients_once(mirrored):
+    # Traced under two replicas (one trace of the loop: its length is a
+    # tensor): each replica's step carries the gradients into exactly one
+    # all-reduce (Keras' optimizer would sum them again).
+    result = mirrored["plain"]["all_reduces"]
+    assert result["replicas"] == 2 and result["steps"] == 3
     assert result["gradient_all_reduces"] == result["replicas"], result  # one per replica, per traced step
 
 
-def test_mirrored_equals_one_device_with_every_augmentation_and_regulariser(tmp_path):
-    result = _finish(_launch({"workdir": str(tmp_path), "logical_cpus": 2, "mirrored_vs_one_device": True,
-                              "overrides": {"steps": 3, "batch_size": 16, "jit_compile": True, **REGULARISED}}))
+def test_mirrored_equals_one_device_with_every_augmentation_and_regulariser(mirrored):
+    result = mirrored["regularised"]
     assert result["replicas"] == {"one_device": 1, "mirrored": 2}
+    assert result["steps"] == {"one_device": 3, "mirrored": 3} and len(result["losses"]["mirrored"]) == 3
     assert result["max_weight_difference"] < 1e-5 * max(1.0, result["max_weight"]), result
     np.testing.assert_allclose(result["losses"]["one_device"], result["losses"]["mirrored"], rtol=1e-5)
 
@@ -122,43 +142,76 @@ CLUSTER = {"steps": 125, "batch_size": 32, "learning_rate": 1e-2, "checkpoint_ev
            "steps_per_loop": 5}
 
 
-def test_two_worker_cluster_on_localhost_trains_agrees_and_resumes_a_killed_worker(tmp_path):
-    results = [_finish(w) for w in _cluster(tmp_path, tmp_path / "run", CLUSTER, "straight", count_writes=True,
-                                            record_images=True)]
+# Every augmentation and regulariser on a cluster, killed (worker 1, kill -9)
+# after step 12 and resumed from step 10.
+CLUSTER_REGULARISED = {"steps": 20, "batch_size": 32, "learning_rate": 1e-2, "checkpoint_every": 5,
+                       "deterministic": True, "steps_per_loop": 5, **REGULARISED}
+
+
+@pytest.fixture(scope="module")
+def clusters(tmp_path_factory):
+    """Four 2-worker cluster launches, one after the other: CLUSTER
+    uninterrupted ("straight": counting writes, recording the images), then
+    CLUSTER_REGULARISED uninterrupted ("reference"), killed ("killed": worker
+    1 kill -9 after step 12, worker 0 stopped where it waits for it) and
+    resumed from the killed run's workdir by a fresh cluster ("resumed").
+    -> (tmp, {name: [worker 0's result, worker 1's]}, the checkpoints the kill left)."""
+    tmp = tmp_path_factory.mktemp("clusters")
+    runs = {"straight": [_finish(w) for w in _cluster(tmp, tmp / "run", CLUSTER, "straight", count_writes=True,
+                                                      record_images=True)],
+            "reference": [_finish(w) for w in _cluster(tmp, tmp / "reference", CLUSTER_REGULARISED, "reference")]}
+    killed = _cluster(tmp, tmp / "killed", CLUSTER_REGULARISED, "killed", kill_at=12)
+    assert _finish(killed[1], expect_rc=-9) is None
+    killed[0].kill()
+    killed[0].communicate()
+    left = sorted(p.name for p in (tmp / "killed" / "checkpoints").iterdir())
+    runs["resumed"] = [_finish(w) for w in _cluster(tmp, tmp / "killed", CLUSTER_REGULARISED, "resumed")]
+    return tmp, runs, left
+
+
+def _resumed_bitwise(clusters):
+    """The resumed cluster ends where the uninterrupted one ended: its
+    losses from the restart on, and each worker's final weights, bitwise."""
+    tmp, runs, _ = clusters
+    assert [r["losses"] for r in runs["resumed"]] == [r["losses"][10:] for r in runs["reference"]]
+    for index in range(2):
+        with np.load(tmp / f"reference{index}.npz") as a, np.load(tmp / f"resumed{index}.npz") as b:
+            assert a.files == b.files and len(a.files) > 0
+            for key in a.files:
+                np.testing.assert_array_equal(a[key], b[key], err_msg=key)
+
+
+def test_two_worker_cluster_on_localhost_trains_agrees_and_resumes_a_killed_worker(clusters):
+    tmp, runs, left = clusters
+    results = runs["straight"]
     assert [r["replicas"] for r in results] == [2, 2]
     assert results[0]["losses"] == results[1]["losses"]  # the all-reduced loss
     assert np.mean(results[0]["losses"][-5:]) < np.mean(results[0]["losses"][:5]) - 0.1, results[0]["losses"]
     assert results[0]["eval"] == results[1]["eval"]  # each evaluates its shard; the sums are all-reduced
     assert results[0]["eval"]["num_examples"] == 1000 and results[0]["eval"]["accuracy"] > 0.15  # chance: 0.1
-    with np.load(tmp_path / "straight0.npz") as a, np.load(tmp_path / "straight1.npz") as b:
+    with np.load(tmp / "straight0.npz") as a, np.load(tmp / "straight1.npz") as b:
         assert len(a.files) == len(b.files) > 0
         for key in a.files:
             np.testing.assert_array_equal(a[key], b[key])
     # Only the chief (worker 0) writes.
     assert results[1]["writes"] == 0 and results[0]["writes"] > 0
-    assert (tmp_path / "run" / "model.keras").exists() and (tmp_path / "run" / "results.json").exists()
-    assert sorted(p.name for p in (tmp_path / "run" / "checkpoints").iterdir()) == [
+    assert (tmp / "run" / "model.keras").exists() and (tmp / "run" / "results.json").exists()
+    assert sorted(p.name for p in (tmp / "run" / "checkpoints").iterdir()) == [
         "ckpt-00000100.npz", "ckpt-00000125.npz"]
     # One epoch: each worker saw its own 2,000 digits once; together, all 4,000.
     seen = [r["image_hashes"] for r in results]
     assert [len(s) for s in seen] == [2000, 2000] and [len(set(s)) for s in seen] == [2000, 2000]
     assert not set(seen[0]) & set(seen[1])
 
-    # Worker 1 dies (kill -9) after step 60, worker 0 is stopped where it waits
-    # for it; the same cluster re-run resumes at step 50 and ends where the
-    # uninterrupted run ended, bitwise.
-    killed = _cluster(tmp_path, tmp_path / "killed", CLUSTER, "killed", kill_at=60)
-    assert _finish(killed[1], expect_rc=-9) is None
-    killed[0].kill()
-    killed[0].communicate()
-    assert sorted(p.name for p in (tmp_path / "killed" / "checkpoints").iterdir())[-1] == "ckpt-00000050.npz"
-    resumed = [_finish(w) for w in _cluster(tmp_path, tmp_path / "killed", CLUSTER, "resumed")]
-    assert [r["steps_this_session"] for r in resumed] == [75, 75]
-    assert resumed[0]["losses"] == results[0]["losses"][50:]
-    for index in range(2):
-        with np.load(tmp_path / f"straight{index}.npz") as a, np.load(tmp_path / f"resumed{index}.npz") as b:
-            for key in a.files:
-                np.testing.assert_array_equal(a[key], b[key], err_msg=key)
+    # Worker 1 died (kill -9) after step 12, worker 0 was stopped where it
+    # waited for it (the regularised cluster: the kill and resume of this
+    # test and of the next are one); the same cluster re-run resumes at step
+    # 10 and ends where the uninterrupted run ended, bitwise.
+    assert left[-1] == "ckpt-00000010.npz", left
+    assert [r["replicas"] for r in runs["resumed"]] == [2, 2]
+    assert [r["steps_this_session"] for r in runs["resumed"]] == [10, 10]
+    assert [r["steps"] for r in runs["resumed"]] == [20, 20]
+    _resumed_bitwise(clusters)
 
 
 # Each run killed with SIGKILL after step kill_at, then resumed; the same run
@@ -181,29 +234,39 @@ KILL_9 = {
 CHIEF_FIRST = {"steps": 2, "batch_size": 8, "checkpoint_every": 2}
 
 
+# Which uninterrupted references each killed run's process trains first
+# (never its own run's: that one, and CHIEF_FIRST, are trained elsewhere).
+REFERENCES_BEFORE = {"plain": ["regularised"], "regularised": ["deit"], "deit": ["plain", "chief"]}
+
+
 @pytest.fixture(scope="module")
 def kill_9(tmp_path_factory):
     """Each KILL_9 run killed (kill -9 ends its process, so one process each),
-    then resumed from its workdir alone; the uninterrupted references, and
-    CHIEF_FIRST, one after the other in one process of their own (never the
-    resuming one). -> {name: (resumed, straight, checkpoints left by the kill)}, the chief's workdir."""
+    then resumed from its workdir alone, in one fresh process that trained
+    nothing else. The uninterrupted references, and CHIEF_FIRST, are
+    trained before another run is killed, in that run's process
+    (REFERENCES_BEFORE: a TensorFlow import fewer than a process of their
+    own; never the resuming one). -> the root, {name: (resumed, straight,
+    checkpoints left by the kill)}."""
     root = tmp_path_factory.mktemp("kill_9")
-    killed = {name: _launch({"workdir": str(root / name / "resumed"), "kill_at": kill_at, "overrides": overrides})
+    runs = {name: {"workdir": str(root / name / "straight"), "overrides": overrides}
+            for name, (overrides, _) in KILL_9.items()}
+    runs["chief"] = {"workdir": str(root / "chief"), "overrides": CHIEF_FIRST}
+    assert sorted(n for names in REFERENCES_BEFORE.values() for n in names) == sorted(runs)
+    killed = {name: _launch_many([runs[n] for n in REFERENCES_BEFORE[name]] + [
+                  {"workdir": str(root / name / "resumed"), "kill_at": kill_at, "overrides": overrides}])
               for name, (overrides, kill_at) in KILL_9.items()}
-    straight = _launch_many([{"workdir": str(root / name / "straight"), "overrides": overrides}
-                             for name, (overrides, _) in KILL_9.items()]
-                            + [{"workdir": str(root / "chief"), "overrides": CHIEF_FIRST}])
-    left = {}
+    straight, left = {}, {}
     for name, process in killed.items():
-        assert _finish(process, expect_rc=-9) is None
+        results = _finish(process, expect_rc=-9, every=True)
+        assert len(results) == len(REFERENCES_BEFORE[name])  # the killed run printed none
+        straight.update(zip(REFERENCES_BEFORE[name], results))
         left[name] = sorted(p.name for p in (root / name / "resumed" / "checkpoints").iterdir())
     # One fresh process resumes the three killed runs: all it has of them is their workdirs.
     resumed = _finish(_launch_many([{"workdir": str(root / name / "resumed"), "overrides": overrides}
                                     for name, (overrides, _) in KILL_9.items()]), every=True)
-    straight = _finish(straight, every=True)
-    assert len(resumed) == len(KILL_9) and len(straight) == len(KILL_9) + 1
-    runs = {name: (resumed[i], straight[i], left[name]) for i, name in enumerate(KILL_9)}
-    return root, runs
+    assert len(resumed) == len(KILL_9) and sorted(straight) == sorted(runs)
+    return root, {name: (resumed[i], straight[name], left[name]) for i, name in enumerate(KILL_9)}
 
 
 def _kill_9_and_resume(kill_9, name):
@@ -248,7 +311,7 @@ def test_kill_9_and_resume_with_the_deit_recipe_ends_bitwise_equal(kill_9):
 
 def test_workers_that_restore_different_steps_stop_with_one_line(kill_9, tmp_path):
     """Each worker its own workdir (storage not shared): the chief's holds a
-    checkpoint (CHIEF_FIRST's, from the kill_9 fixture's reference process),
+    checkpoint (CHIEF_FIRST's, trained by the kill_9 fixture),
     the worker's none. Training on would be two different runs."""
     chief = kill_9[0] / "chief"
     assert (chief / "checkpoints" / "ckpt-00000002.npz").exists()
@@ -265,18 +328,10 @@ def test_workers_that_restore_different_steps_stop_with_one_line(kill_9, tmp_pat
         assert "The workers restored different steps" in err, err[-3000:]
 
 
-def test_two_worker_cluster_with_every_augmentation_and_regulariser_resumes_bitwise(tmp_path):
-    overrides = {"steps": 20, "batch_size": 32, "learning_rate": 1e-2, "checkpoint_every": 5,
-                 "deterministic": True, "steps_per_loop": 5, **REGULARISED}
-    straight = [_finish(w) for w in _cluster(tmp_path, tmp_path / "run", overrides, "straight")]
-    assert straight[0]["losses"] == straight[1]["losses"]
-    killed = _cluster(tmp_path, tmp_path / "killed", overrides, "killed", kill_at=12)
-    assert _finish(killed[1], expect_rc=-9) is None
-    killed[0].kill()
-    killed[0].communicate()
-    resumed = [_finish(w) for w in _cluster(tmp_path, tmp_path / "killed", overrides, "resumed")]
-    assert resumed[0]["losses"] == straight[0]["losses"][10:]
-    for index in range(2):
-        with np.load(tmp_path / f"straight{index}.npz") as a, np.load(tmp_path / f"resumed{index}.npz") as b:
-            for key in a.files:
-                np.testing.assert_array_equal(a[key], b[key], err_msg=key)
+def test_two_worker_cluster_with_every_augmentation_and_regulariser_resumes_bitwise(clusters):
+    _, runs, _ = clusters
+    reference = runs["reference"]
+    assert [r["replicas"] for r in reference] == [2, 2]
+    assert reference[0]["losses"] == reference[1]["losses"] and len(reference[0]["losses"]) == 20
+    assert runs["resumed"][0]["losses"] == runs["resumed"][1]["losses"]
+    _resumed_bitwise(clusters)

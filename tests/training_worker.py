@@ -6,9 +6,12 @@ Keys: workdir, overrides (tiny_config fields; "model" as a ViTConfig dict),
 logical_cpus (split the CPU into N devices before TF starts), kill_at (SIGKILL
 this process after that step), weights_out (write the final model variables
 to this .npz), mirrored_vs_one_device (train twice, print the largest
-difference of the weights), count_all_reduces (build the Trainer, run one
-loop of 2 steps and count the ReplicaContext.all_reduce calls that carry the
-gradients while it is traced), count_writes (count this process's writes
+difference of the weights; with "comparisons" {name: overrides} instead of
+"overrides", one such pair for each, one RESULT line each, in order),
+count_all_reduces (build the Trainer, run one loop of 2 steps and count the
+ReplicaContext.all_reduce calls that carry the gradients while it is traced;
+beside mirrored_vs_one_device: a list of the comparisons whose mirrored run
+counts them, all its traces together), count_writes (count this process's writes
 through keras_vit.storage), record_images (a hash of each training image this
 worker's input pipeline handed to its steps, in order). Prints one JSON line
 starting with RESULT.
@@ -57,29 +60,14 @@ def main(spec):
     if spec.get("logical_cpus"):
         cpu = tf.config.list_physical_devices("CPU")[0]
         tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * spec["logical_cpus"])
-    import numpy as np
-
     from keras_vit import training
 
     record = _Record(spec)
+    if spec.get("mirrored_vs_one_device"):
+        _mirrored_vs_one_device(spec)
+        return
     if spec.get("count_all_reduces"):
         print("RESULT " + json.dumps(_count_all_reduces(spec)), flush=True)
-        return
-    if spec.get("mirrored_vs_one_device"):
-        out = {}
-        for strategy in ("one_device", "mirrored"):
-            record = _Record(spec)
-            overrides = dict(spec.get("overrides", {}), strategy=strategy)
-            results = training.train(_config(os.path.join(spec["workdir"], strategy), overrides), callbacks=[record])
-            out[strategy] = {"weights": record.weights, "replicas": results["num_replicas"],
-                             "losses": record.losses, "eval": results["eval"]}
-        diff = max(float(np.max(np.abs(a - b))) for a, b in zip(out["one_device"]["weights"], out["mirrored"]["weights"]))
-        moved = max(float(np.max(np.abs(a))) for a in out["mirrored"]["weights"])
-        print("RESULT " + json.dumps({
-            "max_weight_difference": diff, "max_weight": moved,
-            "replicas": {k: v["replicas"] for k, v in out.items()},
-            "losses": {k: v["losses"] for k, v in out.items()},
-            "eval_loss": {k: v["eval"]["loss"] for k, v in out.items()}}), flush=True)
         return
     writes = _count_writes() if spec.get("count_writes") else None
     images = _record_images() if spec.get("record_images") else None
@@ -93,6 +81,73 @@ def main(spec):
         out["image_hashes"] = [h for batch in images[:results["steps_this_session"]] for h in batch]
         out["per_batch"] = per_batch
     print("RESULT " + json.dumps(out), flush=True)
+
+
+def _mirrored_vs_one_device(spec):
+    """Each comparison trained under MirroredStrategy, then the same on one
+    device; -> one RESULT line each. Every mirrored run comes first and all
+    share the process's one MirroredStrategy: a second MirroredStrategy in a
+    process (or one made after another strategy ran) waits in its collectives
+    (tens of seconds a run); which strategy object a run is handed changes
+    nothing it computes."""
+    import numpy as np
+    import tensorflow as tf
+
+    from keras_vit import training
+    from keras_vit.training import trainer as trainer_lib
+
+    comparisons = spec.get("comparisons") or {"": spec.get("overrides", {})}
+    counted = set(spec.get("count_all_reduces") or ())
+    make_strategy, strategies = trainer_lib.make_strategy, {}
+
+    def shared(name="auto", tpu=None):
+        if name != "mirrored":
+            return make_strategy(name, tpu)
+        if name not in strategies:
+            strategies[name] = make_strategy(name, tpu)
+        return strategies[name]
+
+    out = {name: {} for name in comparisons}
+    trainer_lib.make_strategy = shared
+    try:
+        for strategy in ("mirrored", "one_device"):
+            for name, overrides in comparisons.items():
+                record = _Record(spec)
+                config = _config(os.path.join(spec["workdir"], name, strategy), dict(overrides, strategy=strategy))
+                sizes = []
+                original = tf.distribute.ReplicaContext.all_reduce
+                if strategy == "mirrored" and name in counted:
+                    def counting(self, reduce_op, value, options=None, _original=original):
+                        sizes.append(len(tf.nest.flatten(value)))
+                        return _original(self, reduce_op, value, options)
+
+                    tf.distribute.ReplicaContext.all_reduce = counting
+                try:
+                    results = training.train(config, callbacks=[record])
+                finally:
+                    tf.distribute.ReplicaContext.all_reduce = original
+                out[name][strategy] = {"weights": record.weights, "replicas": results["num_replicas"],
+                                       "losses": record.losses, "eval": results["eval"], "steps": results["steps"]}
+                if strategy == "mirrored" and name in counted:
+                    num_variables = len(record.weights)  # the gradient list (with or without figures)
+                    out[name]["counted"] = {"gradient_all_reduces": sum(1 for n in sizes if n >= num_variables),
+                                            "replicas": results["num_replicas"], "steps": results["steps"],
+                                            "num_variables": num_variables}
+    finally:
+        trainer_lib.make_strategy = make_strategy
+    for name, runs in out.items():
+        one, mirrored = runs["one_device"], runs["mirrored"]
+        diff = max(float(np.max(np.abs(a - b))) for a, b in zip(one["weights"], mirrored["weights"]))
+        moved = max(float(np.max(np.abs(a))) for a in mirrored["weights"])
+        result = {
+            "name": name, "max_weight_difference": diff, "max_weight": moved,
+            "replicas": {k: runs[k]["replicas"] for k in ("one_device", "mirrored")},
+            "steps": {k: runs[k]["steps"] for k in ("one_device", "mirrored")},
+            "losses": {k: runs[k]["losses"] for k in ("one_device", "mirrored")},
+            "eval_loss": {k: runs[k]["eval"]["loss"] for k in ("one_device", "mirrored")}}
+        if "counted" in runs:
+            result["all_reduces"] = runs["counted"]
+        print("RESULT " + json.dumps(result), flush=True)
 
 
 def _count_writes():
