@@ -1,6 +1,12 @@
 """Run in a fresh process under KERAS_BACKEND=jax or torch by test_backends.py:
-loads the checkpoints and .keras files the TensorFlow side wrote, and writes
-back what it computed."""
+loads the checkpoints and .keras files the TensorFlow side wrote, and each
+family's transformers directory (keras_vit.from_pretrained at its own size,
+resized at load, and as a dynamic model), and writes back what it computed.
+One process per backend does both jobs (importing Keras, TensorFlow and the
+backend costs 5-12 s a process).
+
+    python backend_worker.py JOB.json FAMILY_JOB.json
+"""
 
 import json
 import sys
@@ -44,5 +50,22 @@ def main(job_path):
     json.dump(results, open(job["out"], "w"))
 
 
+def families(job_path):
+    """Each family's transformers directory at its own size, resized at load, and as a dynamic model."""
+    job = json.load(open(job_path))
+    images = np.load(job["images"])
+    results = {"backend": keras.backend.backend()}
+    for case in job["cases"]:
+        name, directory, size = case["name"], case["directory"], case["size"]
+        native = keras_vit.from_pretrained(directory)
+        results[name + "/native"] = keras.ops.convert_to_numpy(native(images[name + "/native"])).tolist()
+        resized = keras_vit.from_pretrained(directory, image_size=size)
+        results[name + "/resized"] = keras.ops.convert_to_numpy(resized(images[name + "/resized"])).tolist()
+        dynamic = keras_vit.from_pretrained(directory, dynamic_image_size=True)
+        results[name + "/dynamic"] = keras.ops.convert_to_numpy(dynamic(images[name + "/resized"])).tolist()
+    json.dump(results, open(job["out"], "w"))
+
+
 if __name__ == "__main__":
     main(sys.argv[1])
+    families(sys.argv[2])

@@ -1,7 +1,10 @@
 """The model library on every Keras 3 backend: the same checkpoint gives the
 same logits under TensorFlow, JAX and PyTorch, and .keras files move between
-them. Each other backend runs in its own process (the backend is chosen at
-import time)."""
+them; each family's transformers directory gives transformers' outputs under
+JAX and PyTorch too (TensorFlow: tests/test_hf_families.py), at its own size
+and at another one (resized at load and in a dynamic model). Each other
+backend runs in one process of its own (the backend is chosen at import
+time), which does both jobs (tests/backend_worker.py)."""
 
 import json
 import os
@@ -15,6 +18,8 @@ import pytest
 import keras_vit
 from tests.conftest import tiny_config, tiny_hybrid_config
 from tests.official_format import official_params, write_npz
+from tests.test_hf_families import CASES as HF_CASES
+from tests.test_hf_families import expected, images, saved
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CASES = {
@@ -23,6 +28,9 @@ CASES = {
     "gap_resized": (tiny_config(classifier="gap"), (4, 4), 24, 3),  # resized 4x4 -> 6x6 on load
     "hybrid": (tiny_hybrid_config(), (4, 4), 32, 4),
 }
+# One transformers checkpoint per family, each with another size to resize to.
+FAMILY_CASES = {"deit_teacher": 44, "dinov2_swiglu_classifier": 44, "dinov2_registers": 24,
+                "siglip_vision": 40, "clip_vision_projection": (36, 44)}
 
 
 @pytest.fixture(scope="module")
@@ -44,23 +52,62 @@ def tensorflow_side(tmp_path_factory):
     return tmp, cases, images, expected
 
 
-def run_backend(backend, tensorflow_side):
+@pytest.fixture(scope="module")
+def transformers_side(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("family_backends")
+    arrays, cases, want = {}, [], {}
+    for name, size in FAMILY_CASES.items():
+        hf, directory = saved(tmp, name, positions=5.0)
+        arrays[name + "/native"] = images(HF_CASES[name][3], seed=1)
+        arrays[name + "/resized"] = images(size, seed=2)
+        want[name + "/native"] = expected(hf, name, arrays[name + "/native"])
+        want[name + "/resized"] = want[name + "/dynamic"] = expected(hf, name, arrays[name + "/resized"],
+                                                                     interpolate=True)
+        cases.append(dict(name=name, directory=str(directory), size=size if np.isscalar(size) else list(size)))
+    np.savez(tmp / "images.npz", **arrays)
+    return tmp, cases, want
+
+
+@pytest.fixture(scope="module")
+def other_backends(tensorflow_side, transformers_side):
+    """run(backend): the worker's results for both jobs, one process per backend (run once)."""
+    done = {}
+
+    def run(backend):
+        if backend not in done:
+            done[backend] = run_backend(backend, tensorflow_side, transformers_side)
+        return done[backend]
+
+    return run
+
+
+def run_backend(backend, tensorflow_side, transformers_side):
     tmp, cases, _, _ = tensorflow_side
     cases = [dict(c, keras_out=c["keras_out"].replace("_other", f"_{backend}")) for c in cases]
     job = dict(images=str(tmp / "images.npz"), cases=cases, out=str(tmp / f"{backend}.json"))
     (tmp / f"{backend}_job.json").write_text(json.dumps(job))
+    family_tmp, family_cases, _ = transformers_side
+    family_job = dict(images=str(family_tmp / "images.npz"), cases=family_cases,
+                      out=str(family_tmp / f"{backend}.json"))
+    (family_tmp / f"{backend}_job.json").write_text(json.dumps(family_job))
     env = dict(os.environ, KERAS_BACKEND=backend, PYTHONPATH=ROOT, JAX_PLATFORMS="cpu")
+    # XLA's CPU code generation without LLVM's optimisation passes: JAX compiles each op of an
+    # eager call for each new shape (~480 small programs here), and the passes cost 60% of that
+    # time; the computation (XLA's HLO) is the same.
+    env["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_backend_optimization_level=0").strip()
     proc = subprocess.run([sys.executable, os.path.join(ROOT, "tests", "backend_worker.py"),
-                           str(tmp / f"{backend}_job.json")], env=env, capture_output=True, text=True, timeout=600)
+                           str(tmp / f"{backend}_job.json"), str(family_tmp / f"{backend}_job.json")],
+                          env=env, capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stderr[-4000:]
-    return json.loads((tmp / f"{backend}.json").read_text()), cases
+    return (json.loads((tmp / f"{backend}.json").read_text()), cases,
+            json.loads((family_tmp / f"{backend}.json").read_text()))
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("backend", ["jax", "torch"])
-def test_same_logits_and_portable_keras_files(backend, tensorflow_side):
+def test_same_logits_and_portable_keras_files(backend, tensorflow_side, other_backends):
     _, _, images, expected = tensorflow_side
-    results, cases = run_backend(backend, tensorflow_side)
+    results, cases, _ = other_backends(backend)
     assert results["backend"] == backend
     for case in cases:
         name = case["name"]
@@ -81,3 +128,14 @@ def test_same_logits_and_portable_keras_files(backend, tensorflow_side):
     for module in ("keras_vit.training", "keras_vit.export"):
         assert f"needs the TensorFlow backend of Keras, but KERAS_BACKEND is '{backend}'" in results[module]
         assert "KERAS_BACKEND=tensorflow" in results[module]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("backend", ["jax", "torch"])
+def test_family_checkpoints_match_transformers_on_every_backend(backend, transformers_side, other_backends):
+    _, _, want = transformers_side
+    _, _, results = other_backends(backend)
+    assert results["backend"] == backend
+    for key, value in want.items():
+        assert np.abs(value).max() > 0.3, key  # a real signal
+        np.testing.assert_allclose(np.asarray(results[key]), value, atol=1e-4, rtol=0, err_msg=key)

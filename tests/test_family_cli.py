@@ -22,7 +22,7 @@ from keras_vit.cli import main  # noqa: E402
 from tests.sources_helpers import perturb_torch  # noqa: E402
 
 CLASSES = ("astronaut", "chelsea", "coffee")
-SMALL = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64, patch_size=4,
+SMALL = dict(hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64, patch_size=4,
              image_size=32)
 
 
@@ -42,28 +42,37 @@ def photos(tmp_path_factory):
     return root
 
 
+@pytest.fixture(scope="module")
+def dinov2(tmp_path_factory):
+    """A DINOv2-with-registers directory (class + 2 registers, LayerScale 0.5) and its torch model,
+    written once for the tests that start from it (none writes into it)."""
+    checkpoint = tmp_path_factory.mktemp("checkpoints") / "dinov2"
+    config = transformers.Dinov2WithRegistersConfig(**SMALL, num_register_tokens=2, layerscale_value=0.5)
+    return checkpoint, _saved(transformers.Dinov2WithRegistersModel(config), 0, checkpoint)
+
+
 def _saved(module, seed, directory):
     perturb_torch(module.eval(), seed, scale=0.2)
     module.save_pretrained(directory)
     return module
 
 
-def _train(args, workdir, capsys, steps):
+def _train(args, workdir, capsys, steps, jit=True):
+    # jit=False: the step without XLA (its compile is most of a 2-step run's time), where XLA is
+    # not what the test is about; the DINOv2 run keeps the default (XLA) of a user's command.
     code = main(["train", *args, "--steps", str(steps), "--batch-size", "4", "--image-size", "32",
                  "--warmup-steps", "0", "--workdir", str(workdir), "--no-progress", "--strategy", "default",
-                 "--fewshot-shots", "1"])  # the few-shot linear probe on the features too
+                 "--fewshot-shots", "1", *([] if jit else ["--no-jit"])])  # the few-shot linear probe too
     out = capsys.readouterr()
     assert code == 0, out.err[-3000:]
     return json.loads((workdir / "results.json").read_text())
 
 
-def test_dinov2_with_registers_trains_predicts_inspects_and_exports(photos, tmp_path, capsys):
+def test_dinov2_with_registers_trains_predicts_inspects_and_exports(photos, dinov2, tmp_path, capsys):
     import keras_vit
     from keras_vit.images import model_inputs
 
-    checkpoint = tmp_path / "dinov2"
-    config = transformers.Dinov2WithRegistersConfig(**SMALL, num_register_tokens=2, layerscale_value=0.5)
-    torch_model = _saved(transformers.Dinov2WithRegistersModel(config), 0, checkpoint)
+    checkpoint, torch_model = dinov2
 
     # The checkpoint as a model: class + 2 registers before the patches, ImageNet's mean and std.
     model = keras_vit.from_pretrained(str(checkpoint))
@@ -139,7 +148,7 @@ def test_a_family_checkpoint_fine_tunes(family, photos, tmp_path, capsys):
     assert tuple(features.output_shape) == (None, 16 if family == "clip_with_projection" else 32)
 
     results = _train(["--weights", str(checkpoint), "--dataset", f"folder:{photos}", "--loss", "sigmoid"],
-                     tmp_path / "run", capsys, steps=2)
+                     tmp_path / "run", capsys, steps=2, jit=False)
     assert results["steps"] == 2 and np.isfinite(results["eval"]["loss"]) and "1shot" in results["fewshot"]
 
 
@@ -151,7 +160,7 @@ def test_weights_by_hub_name(photos, tmp_path, capsys, monkeypatch):
     _saved(transformers.SiglipVisionModel(transformers.SiglipVisionConfig(**SMALL)), 2, checkpoint)
     monkeypatch.setattr(download, "hf_directory", lambda repo, revision=None: str(checkpoint))
     results = _train(["--weights", "hf:google/tiny-siglip", "--dataset", f"folder:{photos}"], tmp_path / "run",
-                     capsys, steps=2)
+                     capsys, steps=2, jit=False)
     assert results
     from keras_vit.runs import load_model
 
@@ -160,18 +169,18 @@ def test_weights_by_hub_name(photos, tmp_path, capsys, monkeypatch):
 
 
 @pytest.mark.parametrize("recipe", ["augreg", "plain_baseline", "deit", "finetune_ld", "masked_patch"])
-def test_every_recipe_starts_from_a_family_checkpoint(recipe, photos, tmp_path, capsys):
+def test_every_recipe_starts_from_a_family_checkpoint(recipe, photos, dinov2, tmp_path, capsys):
     # Pre-training recipes keep the checkpoint's architecture (no untrained representation layer
-    # on its features); masked patch prediction loads the encoder into the ViT it wraps.
+    # on its features); masked patch prediction loads the encoder into the ViT it wraps. The step
+    # without XLA, as the recipe x data matrix runs them (tests/test_recipe_matrix.py).
     from keras_vit.runs import load_model
 
-    checkpoint = tmp_path / "dinov2"
-    config = transformers.Dinov2WithRegistersConfig(**SMALL, num_register_tokens=2, layerscale_value=0.5)
-    torch_model = _saved(transformers.Dinov2WithRegistersModel(config), 3, checkpoint)
+    checkpoint, torch_model = dinov2
     run = tmp_path / "run"
     code = main(["train", "--weights", str(checkpoint), "--dataset", f"folder:{photos}", "--recipe", recipe,
                  "--steps", "2", "--batch-size", "4", "--image-size", "32", "--warmup-steps", "1",
-                 "--learning-rate", "1e-6", "--workdir", str(run), "--no-progress", "--strategy", "default"])
+                 "--learning-rate", "1e-6", "--workdir", str(run), "--no-progress", "--strategy", "default",
+                 "--no-jit"])
     assert code == 0, capsys.readouterr().err[-3000:]
     model = load_model(str(run))
     assert model.config.representation_size is None and model.num_prefix_tokens == 3
