@@ -55,7 +55,7 @@ def traced_probabilities(model):
     return tf.function(lambda x: probabilities(model, x), input_signature=[spec]).get_concrete_function()
 
 
-def keras_probabilities(model, images, batch_size=256, traced=None):
+def keras_probabilities(model, images, batch_size=64, traced=None):
     """The reference every artifact is compared with, computed in this process
     (`traced`: traced_probabilities(model), when the caller has it already)."""
     import numpy as np
