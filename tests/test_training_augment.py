@@ -93,43 +93,6 @@ def test_randaugment_is_a_function_of_its_seed():
     np.testing.assert_array_equal(augment.randaugment(image, 0, 15, SEED).numpy(), image.numpy())
 
 
-def test_randaugment_traces_its_ops_once_and_draws_as_applied_one_by_one():
-    """A short run's input pipeline used to trace RandAugment's 15 branches
-    for each of its num_ops ops: the op is one tf.function, traced once per
-    image shape and magnitude in a process (both ops of a run, and every later
-    pipeline). Its result is the drawn ops applied in turn, the same draws."""
-    image = tf.constant(_photo(5, size=(17, 19)), tf.float32)
-    before = augment._randaugment_op.experimental_get_tracing_count()
-    out = augment.randaugment(image, 2, 13, SEED).numpy()
-    augment.randaugment(image, 2, 13, tf.constant([4, 1], tf.int64))
-    assert augment._randaugment_op.experimental_get_tracing_count() == before + 1
-    names, expected = sorted(augment.OPS), image
-    for k in range(2):
-        draw = augment.fold(SEED, k)
-        index = int(tf.random.stateless_uniform([], draw, 0, len(names), dtype=tf.int32))
-        sign = -1.0 if float(tf.random.stateless_uniform([], augment.fold(draw, 1))) < 0.5 else 1.0
-        expected = augment.apply_op(names[index], expected, 13, sign)
-    np.testing.assert_allclose(out, expected.numpy(), atol=1e-3)
-
-
-def test_a_plans_transform_and_mixer_are_traced_once_per_process():
-    """Two pipelines of one plan (two runs of a recipe) share the traced
-    augmentation: the second traces none of its ops, and augments alike."""
-    images = np.tile(np.arange(12, dtype=np.uint8)[:, None, None, None] * 20, (1, 8, 8, 1))
-    source = data_lib.open_source(TrainConfig.create("deit", progress=False), dataset=(images, np.arange(12) % 3))
-    config = TrainConfig.create("deit", model="Mu/4", batch_size=12, progress=False)
-    plan = plan_of(source, (8, 8), 1, config)
-    transform, mixer = augment.example_transform(plan), augment.group_mixer(plan)
-    assert augment.example_transform(plan) is transform and augment.group_mixer(plan) is mixer
-    batches, counts = [], []
-    for _ in range(2):
-        batches.append(next(iter(data_lib.train_dataset(source, plan, tf.distribute.InputContext(), 0))))
-        counts.append((transform.experimental_get_tracing_count(), mixer.experimental_get_tracing_count()))
-    assert counts[0] == counts[1] and min(counts[0]) >= 1
-    for key in ("image", "mix_label", "mix_lambda"):
-        np.testing.assert_array_equal(batches[0][key].numpy(), batches[1][key].numpy())
-
-
 def test_random_erasing_fills_one_box_of_the_allowed_size_with_noise():
     image = tf.zeros([32, 32, 3])
     for s in range(20):

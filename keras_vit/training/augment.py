@@ -10,10 +10,7 @@ scale to what the model takes ([-1, 1], or its pixel normalisation: the op's
 N(0, 1) in the model's input space, as timm's after normalisation); mixing
 follows, on pairs of the stream (linear, so the same after the scale). Each
 op draws from its own seed, folded from the example's seed with the op's
-fixed salt (SALTS), so adding an op never changes another's draws. The
-transform, the mixer and the RandAugment op are tf.functions made once per
-process (per op list, and traced per image shape): a run's pipeline calls
-them rather than tracing their many ops again (`_once_per_process`).
+fixed salt (SALTS), so adding an op never changes another's draws.
 
 Every op takes an explicit seed (an int64 pair) and draws with TensorFlow's
 stateless random ops only, so an example's augmentation is a function of the
@@ -41,7 +38,6 @@ the tf.data graph cannot reach them.
 
 from __future__ import annotations
 
-import json
 import math
 
 import tensorflow as tf
@@ -188,23 +184,15 @@ def apply_op(name, image, magnitude, sign):
 def randaugment(image, num_ops, magnitude, seed):
     """`num_ops` ops drawn uniformly (with replacement) from OPS, each with a
     random sign, applied in turn to a float image in 0..255."""
-    for k in range(num_ops):
-        image = _randaugment_op(image, magnitude, fold(seed, k))
-    return image
-
-
-@tf.function(autograph=False)
-def _randaugment_op(image, magnitude, draw):
-    """One RandAugment op (drawn from `draw`). A tf.function of its own: its
-    15 branches are traced once per image shape and magnitude in a process,
-    not once for each of the num_ops ops of every run (what a short run
-    spends its time on); the ops and their draws are the same."""
     names = sorted(OPS)
-    index = tf.random.stateless_uniform([], draw, 0, len(names), dtype=tf.int32)
-    sign = tf.where(tf.random.stateless_uniform([], fold(draw, 1)) < 0.5, -1.0, 1.0)
-    out = tf.switch_case(index, [lambda name=name: apply_op(name, image, magnitude, sign) for name in names])
-    out.set_shape(image.shape)  # every op keeps the image's shape
-    return out
+    for k in range(num_ops):
+        draw = fold(seed, k)
+        index = tf.random.stateless_uniform([], draw, 0, len(names), dtype=tf.int32)
+        sign = tf.where(tf.random.stateless_uniform([], fold(draw, 1)) < 0.5, -1.0, 1.0)
+        branches = [lambda name=name: apply_op(name, image, magnitude, sign) for name in names]
+        image = tf.switch_case(index, branches)
+        image.set_shape(branches[0]().shape)
+    return image
 
 
 # --- random erasing ------------------------------------------------------------------------
@@ -388,48 +376,25 @@ def _apply(op, image, size, seed):
 def example_transform(plan):
     """(image float (H, W, C) 0..255 of any size, int64 seed pair) -> the
     model's input (plan.image_size, C), scaled as the model takes it, through the plan's ops."""
-    size, channels = tuple(int(s) for s in plan.image_size), plan.num_channels
-    ops = [dict(op) for op in plan.augmentation]
+    size, channels = tuple(plan.image_size), plan.num_channels
 
     def transform(image, seed):
         image.set_shape([None, None, channels])
-        for op in ops:
+        for op in plan.augmentation:
             image = _apply(op, image, size, seed)
         return tf.ensure_shape(image, [size[0], size[1], channels])
 
-    return _once_per_process(("transform", _key(ops), size, channels), transform)
+    return transform
 
 
 def group_mixer(plan):
     """A group of 2K examples (stacked) and its int64 seed pair -> the group
     mixed as plan.mixing says; an example whose file failed to decode
     (weight 0) is mixed with nothing, and nothing is mixed with it."""
-    mix = dict(plan.mixing)
+    mix = plan.mixing
 
     def mixer(group, seed):
         return mix_group(group, mix["partner_offset"], mix["mixup"], mix["cutmix"], mix["prob"],
                          mix["switch_prob"], seed)
 
-    return _once_per_process(("mix", _key(mix)), mixer)
-
-
-# --- traced once ----------------------------------------------------------------------------
-
-_FUNCTIONS = {}
-
-
-def _key(value) -> str:
-    return json.dumps(value, sort_keys=True)
-
-
-def _once_per_process(key, function):
-    """`function` as a tf.function, one per `key` (what the function is made
-    of) in a process. A tf.data map traces what it calls at every run; the
-    augmentation ops are many (RandAugment's 15 branches, erasing, mixing
-    draws), and tracing them was most of a short run's input pipeline cost.
-    Called in the map, the function is traced once per input shape and the
-    map holds a call of it: the same ops, the same stateless draws."""
-    traced = _FUNCTIONS.get(key)
-    if traced is None:
-        traced = _FUNCTIONS[key] = tf.function(function, autograph=False)
-    return traced
+    return mixer
