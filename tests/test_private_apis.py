@@ -81,3 +81,21 @@ def test_litert_ships_the_tflite_schema_classes_the_metadata_code_uses():
                          f"uses for the labels metadata and the op names ({DOCS}).")
     assert {"FULLY_CONNECTED", "CUSTOM", "DELEGATE"} <= set(vars(schema.BuiltinOperator)), (
         f"ai_edge_litert.schema_py_generated.BuiltinOperator changed its names ({DOCS}).")
+
+
+def test_tf2onnx_still_reads_its_catch_errors_switch():
+    """keras_vit.export.onnx_model sets TF2ONNX_CATCH_ERRORS during a conversion so that
+    tf2onnx's optimisers run in place (no copy of the graph before each pass)."""
+    import inspect
+
+    tf2onnx = pytest.importorskip("tf2onnx")
+    from tf2onnx import constants, convert
+
+    name = getattr(constants, "ENV_TF2ONNX_CATCH_ERRORS", None)
+    assert name == "TF2ONNX_CATCH_ERRORS", (
+        f"tf2onnx {tf2onnx.__version__} no longer names its TF2ONNX_CATCH_ERRORS switch: "
+        f"keras_vit.export.onnx_model._optimizer_errors_raised sets it ({DOCS}).")
+    assert "ENV_TF2ONNX_CATCH_ERRORS" in inspect.getsource(convert), (
+        f"tf2onnx {tf2onnx.__version__}'s conversion no longer reads TF2ONNX_CATCH_ERRORS: every ONNX export "
+        f"copies the graph before each optimiser again (slower, same model); see "
+        f"keras_vit.export.onnx_model._optimizer_errors_raised ({DOCS}).")
