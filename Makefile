@@ -8,9 +8,10 @@ STAMP := $(VENV)/.installed
 # on one worker, so a module fixture (a trained run, its exports) is built once
 # per run, and a file's clusters never overlap each other. (Not loadgroup: with
 # pytest 9 xdist 3.8's groups are silently ignored, as it renames item._nodeid
-# while pytest reads item._id.)
+# while pytest reads item._id.) --no-loadscope-reorder: files are handed out in collection order,
+# which tests/conftest.py sets longest first (LONGEST_FIRST), so no long file starts last.
 WORKERS ?= 2
-XDIST := -n $(WORKERS) --dist loadfile
+XDIST := -n $(WORKERS) --dist loadfile --no-loadscope-reorder
 # One TensorFlow compute thread per test process: two workers (and the processes they start)
 # already fill two cores, and each process's own pool of two threads only made them wait on
 # each other (a 5-9% longer run in two A/B runs on this machine). Computation is unchanged:

@@ -25,6 +25,9 @@ _SIZES = {
     "L": (1024, 24, 16, 4096),
     "H": (1280, 32, 16, 5120),
     "Mu": (128, 4, 4, 256),  # micro: the CPU demo (MNIST), not from the paper
+    # nano: one block, a run of a few steps in seconds, to try a command, data or recipe before
+    # the real run (and the suite's command-line tests); not from the paper, learns little
+    "Nano": (32, 1, 2, 64),
 }
 
 
@@ -68,6 +71,7 @@ VARIANTS: Dict[str, ViTConfig] = {
     "L/32": _vit("L", 32),
     "H/14": _vit("H", 14),
     "Mu/4": _vit("Mu", 4),
+    "Nano/4": _vit("Nano", 4),
     # Hybrids: the ResNet reaches stride 16 with 3 stages, 32 with 4.
     "R50+B/16": _vit("B", 1, ResNetConfig(num_layers=(3, 4, 9))),
     "R26+S/32": _vit("S", 1, ResNetConfig(num_layers=(2, 2, 2, 2))),
@@ -90,7 +94,8 @@ VARIANTS: Dict[str, ViTConfig] = {
     "CLIP-L/14": _vit("L", 14, family="CLIP", projection_size=768),
 }
 """Every named size: variant name -> ViTConfig (`keras-vit variants` prints them). Hybrids are
-"R50+B/16"-style names; "Mu/4" is the micro model of the demo."""
+"R50+B/16"-style names; "Mu/4" is the micro model of the demo, "Nano/4" a one-block model to try
+a command or a dataset in seconds."""
 
 
 def _normalise(name: str) -> str:

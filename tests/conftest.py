@@ -73,7 +73,7 @@ def _shared_root(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def digits_run(tmp_path_factory):
-    """A finished 2-step `keras-vit train` run (tests/test_cli.py's TRAIN: Mu/4 on 7x7 patches of
+    """A finished 2-step `keras-vit train` run (tests/test_cli.py's TRAIN: Nano/4 on 7x7 patches of
     the bundled digits, no XLA; its checkpoint at step 2), trained once per `make test` however
     many workers and files ask for it: the first builds it under a lock, the others wait for it.
 
@@ -103,3 +103,29 @@ def copy_run(run, tmp_path, name="run"):
     import shutil
 
     return shutil.copytree(run, tmp_path / name)
+
+
+# --- the order files are handed to the xdist workers (#36) --------------------------------------------------
+
+# The longest files first (per-file totals of `make test`, longest first; docs/development.md): with
+# `--dist loadfile --no-loadscope-reorder` (the Makefile), xdist hands files to the two workers in
+# collection order, so the long ones start early and the short ones fill the gaps at the end. xdist's
+# own order (most tests first) started a 270 s file of 9 tests among the last, and one worker then ran
+# alone for minutes. Files not named keep their place after these; a file's tests keep their order.
+LONGEST_FIRST = (
+    "test_recipe_matrix.py", "test_training_distributed.py", "test_cli.py", "test_experiments.py",
+    "test_families_model.py", "test_family_cli.py", "test_packaging.py", "test_cli_sources.py",
+    "test_export_artifacts.py", "test_training_loop.py", "test_backends.py", "test_docs_commands.py",
+    "test_variants.py", "test_docs_python.py", "test_same_pixels_cli.py", "test_bench.py",
+    "test_non_square_cli.py", "test_training_messy_folder.py", "test_export_sigmoid.py", "test_dynamic_size.py",
+    "test_export_dynamic.py", "test_masked_patch.py",
+)
+
+
+# A renamed file would silently fall to the back.
+assert all(os.path.exists(os.path.join(os.path.dirname(__file__), name)) for name in LONGEST_FIRST), LONGEST_FIRST
+
+
+def pytest_collection_modifyitems(items):
+    rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: the rest keep their order

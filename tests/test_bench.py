@@ -120,7 +120,7 @@ def test_smallest_real_run_has_trainer_rows(tmp_path, monkeypatch):
     output = tmp_path / "bench.json"
     monkeypatch.setenv("TF_CPP_MIN_LOG_LEVEL", "2")  # what bench.run sets by default, undone afterwards
     monkeypatch.chdir(tmp_path)
-    assert bench.main(["--sections", "training", "--train-cases", "Mu/4@16", "--train-batches", "2", "--rounds", "2",
+    assert bench.main(["--sections", "training", "--train-cases", "Nano/4@16", "--train-batches", "2", "--rounds", "2",
                        "--block-seconds", "0", "--pipeline-batches", "1", "--impls", "keras-vit", "--dtypes",
                        "float32", "--match", "train() float32 no-XLA", "--output", str(output)]) == 0
     report = json.loads(output.read_text())
@@ -193,7 +193,7 @@ def test_decompose_and_fused_ab_run_on_the_smallest_model(tmp_path):
     import fused_ab
 
     out = tmp_path / "lines.jsonl"
-    tiny = ["--case", "Mu/4@16", "--batch", "2", "--rounds", "1", "--block-seconds", "0", "--output", str(out)]
+    tiny = ["--case", "Nano/4@16", "--batch", "2", "--rounds", "1", "--block-seconds", "0", "--output", str(out)]
     assert decompose.main(tiny + ["--training", "--no-xla"]) == 0
     assert fused_ab.main(tiny) == 0
     step, ab = [json.loads(line) for line in out.read_text().splitlines()]

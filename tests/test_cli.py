@@ -19,8 +19,8 @@ from tests.conftest import copy_run
 from tests.training_helpers import checkpoint_arrays
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-# Mu/4 on 7x7 patches: a few milliseconds a step.
-TRAIN = ["train", "--model", "Mu/4", "--patch-size", "7", "--recipe", "scratch", "--dataset", "mnist5k",
+# Nano/4 (one block) on 7x7 patches: a few milliseconds a step, a second or two of tracing.
+TRAIN = ["train", "--model", "Nano/4", "--patch-size", "7", "--recipe", "scratch", "--dataset", "mnist5k",
          "--batch-size", "16", "--train-augment", "none", "--warmup-steps", "0", "--eval-batch-size", "500",
          "--no-jit", "--strategy", "default", "--no-progress"]
 
@@ -248,7 +248,7 @@ def test_a_resumed_run_keeps_the_history_of_its_segments(finished, tmp_path, cap
 
 def test_contradictions_are_rejected(finished, tmp_path, capsys):
     # The finished run's model has a "gap" classifier: a "token" one cannot come from its weights.
-    argv = [a for a in TRAIN if a not in ("--model", "Mu/4", "--patch-size", "7")]
+    argv = [a for a in TRAIN if a not in ("--model", "Nano/4", "--patch-size", "7")]
     assert main([*argv, "--recipe", "finetune", "--steps", "1", "--weights", str(finished),
                  "--classifier", "token", "--image-size", "28", "--workdir", str(tmp_path / "w")]) == 2
     line = _one_error_line(capsys.readouterr().err, "train")
@@ -267,18 +267,18 @@ def test_export_a_variant_name_with_weights(tmp_path, capsys):
     from keras_vit.export import ExportError, export
     from keras_vit.export import source as source_lib
 
-    model = keras_vit.ViT("Mu/4", image_size=28, num_classes=10, num_channels=1)
+    model = keras_vit.ViT("Nano/4", image_size=28, num_classes=10, num_channels=1)
     rng = np.random.default_rng(0)
     for v in model.weights:
         v.assign(rng.normal(size=v.shape).astype("float32") * 0.05)
-    npz = keras_vit.save_weights(model, str(tmp_path / "mu4.npz"))
+    npz = keras_vit.save_weights(model, str(tmp_path / "nano4.npz"))
     with pytest.raises(ExportError, match="needs weights"):  # a variant, not a missing path
         export("B/16", "tflite", str(tmp_path / "none"), verbose=False)
-    source = source_lib.resolve("Mu/4", weights=npz, image_size=28, num_classes=10, num_channels=1)
+    source = source_lib.resolve("Nano/4", weights=npz, image_size=28, num_classes=10, num_channels=1)
     x = rng.uniform(-1, 1, (2, 28, 28, 1)).astype("float32")
     np.testing.assert_allclose(source.model(x), model(x), rtol=1e-5, atol=1e-5)
     # In this process (the export's fresh process is its validation of the artifact, still run).
-    code = main(["export", "Mu/4", "--weights", npz, "--image-size", "28", "--num-classes", "10",
+    code = main(["export", "Nano/4", "--weights", npz, "--image-size", "28", "--num-classes", "10",
                  "--num-channels", "1", "--formats", "tflite", "--out", str(tmp_path / "out"), "--latency-runs", "1"])
     assert code == 0, capsys.readouterr().err[-3000:]
     assert (tmp_path / "out" / "vit.tflite").exists() or list((tmp_path / "out").glob("*.tflite"))

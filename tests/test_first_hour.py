@@ -57,12 +57,12 @@ def test_22_1_running_out_of_memory_is_one_line_with_the_ways_out(photos, tmp_pa
         raise tf.errors.ResourceExhaustedError(None, None, "OOM when allocating tensor with shape[64,577,3072]")
 
     monkeypatch.setattr(steps.CompiledSteps, "_run_loop", out_of_memory)
-    code = main(["train", "--model", "Mu/4", "--patch-size", "8", "--image-size", "32", "--recipe", "scratch",
+    code = main(["train", "--model", "Nano/4", "--patch-size", "8", "--image-size", "32", "--recipe", "scratch",
                  "--dataset", f"folder:{photos}", "--steps", "2", "--warmup-steps", "0", "--batch-size", "4",
                  "--workdir", str(tmp_path / "run"), "--no-progress", "--strategy", "default"])
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 1 and len(err) == 1, err
-    assert err[0].startswith("keras-vit train: error: Out of memory in a training step of Mu/4 at 32x32 px, 4 images "
+    assert err[0].startswith("keras-vit train: error: Out of memory in a training step of Nano/4 at 32x32 px, 4 images "
                              "per replica at a time (1 replica(s)), float32 (about "), err[0]
     assert "--accum-steps" in err[0] and "--remat" in err[0] and "Traceback" not in err[0]
 
@@ -70,7 +70,7 @@ def test_22_1_running_out_of_memory_is_one_line_with_the_ways_out(photos, tmp_pa
 @pytest.mark.slow
 def test_22_10_top5_is_not_reported_for_three_classes_and_tensorboard_is_named(photos, tmp_path, capsys):
     workdir = tmp_path / "run"
-    code = main(["train", "--model", "Mu/4", "--patch-size", "8", "--image-size", "32", "--recipe", "scratch",
+    code = main(["train", "--model", "Nano/4", "--patch-size", "8", "--image-size", "32", "--recipe", "scratch",
                  "--dataset", f"folder:{photos}", "--steps", "2", "--batch-size", "4", "--workdir", str(workdir),
                  "--strategy", "default", "--eval-every", "1"])
     out = capsys.readouterr()
@@ -96,7 +96,7 @@ def test_22_9_the_ctrl_c_line_starts_a_line_of_its_own(photos, tmp_path, capsys,
         return self
 
     monkeypatch.setattr(trainer._StopSignals, "__enter__", signalled)
-    code = main(["train", "--model", "Mu/4", "--patch-size", "8", "--image-size", "32", "--recipe", "scratch",
+    code = main(["train", "--model", "Nano/4", "--patch-size", "8", "--image-size", "32", "--recipe", "scratch",
                  "--dataset", f"folder:{photos}", "--steps", "4", "--batch-size", "4", "--workdir",
                  str(tmp_path / "run"), "--strategy", "default"])
     err = capsys.readouterr().err

@@ -99,7 +99,7 @@ def test_every_recipe_trains_on_a_folder_of_photos_through_the_cli(recipe, data,
     """The command a user pastes, whole: `keras-vit train --recipe R --dataset folder:...`."""
     workdir = tmp_path / "run"
     code = main(["train", "--recipe", recipe, "--dataset", CLI_SOURCES["rgb_jpegs"](data), "--workdir",
-                 str(workdir), "--model", "Mu/4", *FLAGS])
+                 str(workdir), "--model", "Nano/4", *FLAGS])
     assert code == 0
     results = json.loads((workdir / "results.json").read_text())
     assert results["steps"] == STEPS and np.isfinite(results["train"]["loss"])

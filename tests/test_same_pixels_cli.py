@@ -16,7 +16,7 @@ from tests import image_files
 # Markers (setup.cfg): multi-process / long end-to-end runs stay out of `make test-fast`.
 pytestmark = [pytest.mark.slow]
 
-TRAIN = ["--model", "Mu/4", "--patch-size", "4", "--image-size", "16", "--recipe", "scratch", "--steps", "3",
+TRAIN = ["--model", "Nano/4", "--patch-size", "4", "--image-size", "16", "--recipe", "scratch", "--steps", "3",
          "--batch-size", "8", "--warmup-steps", "0", "--train-augment", "none", "--strategy", "default",
          "--no-jit", "--no-progress", "--deterministic", "--checkpoint-every", "100", "--seed", "3"]
 

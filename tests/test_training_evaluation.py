@@ -98,7 +98,7 @@ def test_training_on_a_tf_data_dataset_makes_tensorflow_warn_nothing(tmp_path):
 
     images = np.random.default_rng(0).integers(0, 255, (40, 28, 28, 1)).astype("uint8")
     dataset = tf.data.Dataset.from_tensor_slices((images, np.arange(40) % 2))
-    config = TrainConfig.create("scratch", model="Mu/4", patch_size=7, workdir=str(tmp_path), steps=2, batch_size=8,
+    config = TrainConfig.create("scratch", model="Nano/4", patch_size=7, workdir=str(tmp_path), steps=2, batch_size=8,
                                 warmup_steps=0, progress=False, strategy="default", jit_compile=False,
                                 eval_batch_size=8, fewshot_shots=(1,))
     warnings = _tensorflow_warnings(lambda: train(config, dataset=dataset))

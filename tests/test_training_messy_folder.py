@@ -18,7 +18,7 @@ from keras_vit.training import data as data_lib
 from tests.training_helpers import plan_of
 from tests import image_files
 
-TRAIN = ["--model", "Mu/4", "--patch-size", "4", "--image-size", "16", "--recipe", "scratch", "--steps", "2",
+TRAIN = ["--model", "Nano/4", "--patch-size", "4", "--image-size", "16", "--recipe", "scratch", "--steps", "2",
          "--batch-size", "4", "--warmup-steps", "0", "--strategy", "default", "--no-jit", "--no-progress",
          "--checkpoint-every", "100"]
 
@@ -33,7 +33,7 @@ def messy(tmp_path_factory):
 
 
 def _config(root, **overrides):
-    return TrainConfig.create("scratch", model="Mu/4", dataset=f"folder:{root}", progress=False, **overrides)
+    return TrainConfig.create("scratch", model="Nano/4", dataset=f"folder:{root}", progress=False, **overrides)
 
 
 @pytest.mark.slow

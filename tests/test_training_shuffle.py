@@ -36,7 +36,7 @@ def _ids(batch):
 
 
 def _config(**overrides):
-    settings = dict(model="Mu/4", dataset="mnist5k", shuffle_buffer=BUFFER, batch_size=50, train_augment="none",
+    settings = dict(model="Nano/4", dataset="mnist5k", shuffle_buffer=BUFFER, batch_size=50, train_augment="none",
                     progress=False)
     settings.update(overrides)
     return TrainConfig.create("scratch", **settings)
@@ -157,7 +157,7 @@ def test_a_dataset_of_images_of_varying_sizes_shuffles_in_blocks(tmp_path):
     ds = tf.data.Dataset.from_generator(
         lambda: ((np.full((h, w, 3), i, np.uint8), i % 3) for i, (h, w) in enumerate(sizes)),
         output_signature=(tf.TensorSpec([None, None, 3], tf.uint8), tf.TensorSpec([], tf.int64)))
-    config = TrainConfig.create("scratch", model="Mu/4", train_augment="none", shuffle_buffer=8, batch_size=9,
+    config = TrainConfig.create("scratch", model="Nano/4", train_augment="none", shuffle_buffer=8, batch_size=9,
                                 image_size=4)
     source = data_lib.open_source(config, ds)
     assert source.shuffle_kind == "buffer" and source.image_size is None

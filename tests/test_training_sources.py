@@ -19,7 +19,7 @@ from tests.training_helpers import tiny_config
 
 
 def _config(**overrides):
-    return TrainConfig.create("scratch", model="Mu/4", progress=False, **overrides)
+    return TrainConfig.create("scratch", model="Nano/4", progress=False, **overrides)
 
 
 @pytest.fixture

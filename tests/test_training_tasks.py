@@ -92,7 +92,7 @@ def test_train_cli_with_zero_steps_evaluates_the_zero_head_at_initialisation(tmp
     # A fresh model's head is zero: every logit ties, so no top-k hit at all
     # (tf.nn.in_top_k reported top-5 1.0 here).
     workdir = str(tmp_path / "run")
-    code = cli.main(["train", "--model", "Mu/4", "--patch-size", "7", "--recipe", "scratch", "--dataset", "mnist5k",
+    code = cli.main(["train", "--model", "Nano/4", "--patch-size", "7", "--recipe", "scratch", "--dataset", "mnist5k",
                      "--steps", "0", "--eval-batch-size", "500", "--workdir", workdir, "--no-progress"])
     assert code == 0
     with open(os.path.join(workdir, "results.json")) as f:

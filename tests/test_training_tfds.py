@@ -53,7 +53,7 @@ def prepared(tmp_path_factory):
 
 
 def _config(spec, **overrides):
-    return TrainConfig.create("scratch", model="Mu/4", dataset=spec, progress=False, **overrides)
+    return TrainConfig.create("scratch", model="Nano/4", dataset=spec, progress=False, **overrides)
 
 
 def test_a_prepared_directory_is_a_source_with_its_splits_and_names(prepared):
@@ -87,7 +87,7 @@ def test_two_input_pipelines_read_disjoint_halves_covering_the_split(prepared):
 @pytest.mark.slow
 def test_trains_end_to_end_through_the_cli(prepared, tmp_path):
     workdir = tmp_path / "run"
-    assert main(["train", "--dataset", f"tfds:{prepared[1]}", "--workdir", str(workdir), "--model", "Mu/4",
+    assert main(["train", "--dataset", f"tfds:{prepared[1]}", "--workdir", str(workdir), "--model", "Nano/4",
                  "--patch-size", "4", "--recipe", "scratch", "--steps", "3", "--batch-size", "8",
                  "--warmup-steps", "0", "--strategy", "default", "--no-jit", "--no-progress"]) == 0
     results = json.loads((workdir / "results.json").read_text())
