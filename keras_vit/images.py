@@ -4,8 +4,9 @@ Training (`folder:`, `list:`, TFRecords, tfds), `keras-vit predict`,
 `keras-vit inspect` and export validation all go through these functions, so
 they all see the same pixels for the same file:
 
-* `IMAGE_EXTENSIONS`, `is_image_file`, `list_images`, `find_images`: which
-  files are images (by extension, case-insensitive; hidden files never).
+* `IMAGE_EXTENSIONS`, `is_image_file`, `list_images`, `find_images`, `class_folders`: which
+  files are images (by extension, case-insensitive; hidden files never) and which
+  sub-folders are classes (sorted names are the class ids).
 * `decode`: a file or encoded bytes -> uint8 pixels (H, W, C), with Pillow.
   The rules, in order:
     - the first frame of an animation (GIF, WebP, TIFF pages);
@@ -65,6 +66,13 @@ def list_images(directory):
     """The image files directly inside `directory`, sorted; others ignored silently."""
     return sorted(storage.join(directory, name) for name in storage.listdir(directory)
                   if is_image_file(name) and storage.isfile(storage.join(directory, name)))
+
+
+def class_folders(directory):
+    """The class folders of a folder of images: its non-hidden sub-folders, sorted; a class's
+    id is its place in this list. The one rule of training's folder: source and export's."""
+    return sorted(name for name in storage.listdir(directory)
+                  if not name.startswith(".") and storage.isdir(storage.join(directory, name)))
 
 
 def find_images(paths, recursive=False):

@@ -10,9 +10,8 @@ import tensorflow as tf
 
 import keras_vit
 from keras_vit.errors import UserError
-from keras_vit.layers.grid_resize import resize_axis
+from keras_vit.layers.interpolation import resize_along, resize_along_ops
 from keras_vit.weights.npz import load_checkpoint, variables_by_key
-from keras_vit.weights.resize import _linear_resize_axis
 from tests.conftest import tiny_config, tiny_hybrid_config
 
 TRAINED = (16, 16)
@@ -74,8 +73,8 @@ def test_padding_equals_a_padded_image(rng):
 def test_in_graph_resize_is_the_load_time_resize(rng):
     table = rng.normal(size=(5, 7, 3)).astype("float32")
     for new in (1, 2, 5, 9, 16):
-        got = keras.ops.convert_to_numpy(resize_axis(table, tf.constant(new), 1))
-        np.testing.assert_allclose(got, _linear_resize_axis(table.astype(np.float64), new, 1), atol=1e-6)
+        got = keras.ops.convert_to_numpy(resize_along_ops(table, tf.constant(new), 1))
+        np.testing.assert_allclose(got, resize_along(table.astype(np.float64), new, 1), atol=1e-6)
 
 
 def test_trained_size_runs_no_interpolation():

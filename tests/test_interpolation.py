@@ -1,7 +1,7 @@
 """keras_vit.layers.interpolation: the bicubic rules equal torch's
 F.interpolate(mode="bicubic", align_corners=False), with and without
 antialias, up, down, non-square and at 1 sample; "linear" equals the
-official loader's rule; equal sizes give the identity; the keras.ops version
+official loader's rule (scipy.ndimage.zoom, order 1, corners aligned), along one axis too; equal sizes give the identity; the keras.ops version
 equals the numpy one for static sizes and for sizes known only at run time."""
 
 import keras
@@ -9,8 +9,7 @@ import numpy as np
 import pytest
 
 from keras_vit.errors import UserError
-from keras_vit.layers.interpolation import METHODS, interpolation_matrix, resize_grid, resize_grid_ops
-from keras_vit.weights.resize import _linear_resize_axis
+from keras_vit.layers.interpolation import METHODS, interpolation_matrix, resize_along, resize_grid, resize_grid_ops
 
 torch = pytest.importorskip("torch")
 
@@ -61,9 +60,18 @@ def test_equal_sizes_give_the_identity(method):
 
 @pytest.mark.parametrize("old, new", PAIRS)
 def test_linear_is_the_official_loaders_rule(old, new):
+    from scipy import ndimage
+
     grid = grid_of(old).astype(np.float64)
-    want = _linear_resize_axis(_linear_resize_axis(grid, new[0], axis=0), new[1], axis=1)
+    # scipy's order-1 zoom without grid_mode: output sample i at input i * (old - 1) / (new - 1).
+    want = ndimage.zoom(grid, (new[0] / old[0], new[1] / old[1], 1), order=1, grid_mode=False)
+    assert want.shape == (*new, 8)
     np.testing.assert_allclose(resize_grid(grid, new, "linear"), want, atol=1e-12)
+    # One axis at a time (a 2-D model's row or column table), in the table's dtype.
+    rows = resize_along(grid_of(old)[:, 0], new[0], 0)
+    assert rows.dtype == np.float32
+    np.testing.assert_allclose(rows, ndimage.zoom(grid[:, 0], (new[0] / old[0], 1), order=1, grid_mode=False),
+                               atol=1e-6)
 
 
 @pytest.mark.parametrize("method", METHODS)

@@ -137,8 +137,7 @@ def _load_folder(path: str, size=None, num_channels=None) -> Images:
     files that do not decode are left out with one warning naming them
     (`keras-vit: warning: ...` on stderr, as training's).
     """
-    classes = sorted(d for d in storage.listdir(path)
-                     if storage.isdir(storage.join(path, d)) and not d.startswith("."))
+    classes = images_lib.class_folders(path)
     entries = ([(f, i) for i, c in enumerate(classes) for f in images_lib.list_images(storage.join(path, c))]
                if classes else [(f, None) for f in images_lib.list_images(path)])
     if not entries:

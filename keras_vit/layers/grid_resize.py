@@ -1,39 +1,13 @@
-"""In-graph resizing of position tables for models that take any image size
-(ViT(dynamic_image_size=True)).
-
-The interpolation is the load-time one of keras_vit.weights.resize (linear,
-corner samples aligned: scipy.ndimage.zoom(order=1)), written in Keras ops so
-that it runs inside the model on a grid known only when an image arrives. A
-dynamic model at size S therefore equals a model built at S from the same
-weights (tests/test_dynamic_size.py holds the two together).
+"""The grid side of models that take any image size (ViT(dynamic_image_size=True)):
+the patch grid of the images that arrive, padding to a multiple of the patch,
+and the choice between the trained table and one resized to the grid at run
+time. The resize itself is the load-time one (keras_vit.layers.interpolation,
+in Keras ops), so a dynamic model at size S equals a model built at S from the
+same weights (tests/test_dynamic_size.py holds the two together).
 """
 
 import keras
 from keras import ops
-
-
-def resize_axis(x, new_size, axis):
-    """`x` linearly resampled to `new_size` samples along `axis` (corners
-    aligned). `new_size` may be a Python int or a scalar tensor; the old
-    size must be static (a trained table's)."""
-    old_size = x.shape[axis]
-    if isinstance(new_size, int) and new_size == old_size:
-        return x
-    if isinstance(new_size, int):  # a static grid stays static: JAX's jit needs arange of a Python int
-        scale = (old_size - 1) / max(new_size - 1, 1)
-    else:
-        new_size = ops.cast(new_size, "int32")
-        scale = ops.cast(old_size - 1, "float32") / ops.cast(ops.maximum(new_size - 1, 1), "float32")
-    # Sample i sits at old coordinate i * (old - 1) / (new - 1); a 1-sample axis reads sample 0.
-    coords = ops.cast(ops.arange(new_size), "float32") * scale
-    coords = ops.clip(coords, 0.0, float(old_size - 1))
-    low = ops.cast(ops.floor(coords), "int32")
-    high = ops.minimum(low + 1, old_size - 1)
-    frac = coords - ops.cast(low, "float32")
-    shape = [1] * len(x.shape)
-    shape[axis] = -1
-    frac = ops.cast(ops.reshape(frac, shape), x.dtype)
-    return ops.take(x, low, axis=axis) * (1 - frac) + ops.take(x, high, axis=axis) * frac
 
 
 def grid_of(images, stride):

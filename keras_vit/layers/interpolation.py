@@ -20,8 +20,11 @@ rules, reproduced here from their definitions (not by calling torch):
 Every rule is separable, so each axis is a (new, old) matrix and a grid is
 resized by two matrix products. The formulas are written once against an
 array namespace (numpy or keras.ops): numpy in float64 for weights converted at
-load time, keras.ops in float32 for models that resize in the graph at a grid
-known only at run time (ViT(dynamic_image_size=True)).
+load time (keras_vit.weights.resize), keras.ops in float32 for models that
+resize in the graph at a grid known only at run time (ViT(dynamic_image_size=True)).
+This is the package's one resize: every position table (1-D grid, 2-D row and
+column tables, relative-offset tables) goes through `resize_along` or `resize_grid`
+at load time and their `_ops` forms in the graph, so the two cannot drift apart.
 """
 
 from __future__ import annotations
@@ -119,16 +122,32 @@ def interpolation_matrix(old_size: int, new_size: int, method: str) -> np.ndarra
     return _BUILDERS[method](np, int(old_size), int(new_size), "float64")
 
 
+def _along(x, new_size, axis, method):
+    """float64 `x` resampled along `axis` (a matrix product; the axis keeps its place)."""
+    if x.shape[axis] == new_size:
+        return x
+    out = np.tensordot(interpolation_matrix(x.shape[axis], new_size, method), x, axes=([1], [axis]))
+    return np.moveaxis(out, 0, axis)
+
+
+def resize_along(x, new_size: int, axis: int, method: str = "linear") -> np.ndarray:
+    """`x` resampled to `new_size` samples along `axis` by `method` (a 2-D
+    position model's row or column table, a relative-offset table's axis),
+    computed in float64 and returned in x's dtype; `x` itself at its own size."""
+    x = np.asarray(x)
+    if x.shape[axis] == new_size:
+        return x
+    return _along(x.astype(np.float64), int(new_size), axis, method).astype(x.dtype)
+
+
 def resize_grid(grid, new_grid, method: str) -> np.ndarray:
     """A (rows, cols, D) grid resampled to `new_grid` (new_rows, new_cols) by
     `method`, computed in float64 and returned in the grid's dtype."""
     grid = np.asarray(grid)
     if grid.ndim != 3:
         raise UserError(f"A position grid has shape (rows, cols, width), got {grid.shape}.")
-    rows = interpolation_matrix(grid.shape[0], new_grid[0], method)
-    cols = interpolation_matrix(grid.shape[1], new_grid[1], method)
-    out = np.einsum("ar,rcd->acd", rows, grid.astype(np.float64))
-    return np.einsum("bc,acd->abd", cols, out).astype(grid.dtype)
+    out = _along(_along(grid.astype(np.float64), int(new_grid[0]), 0, method), int(new_grid[1]), 1, method)
+    return out.astype(grid.dtype)
 
 
 def _matrix_ops(old_size, new_size, method):
@@ -141,12 +160,26 @@ def _matrix_ops(old_size, new_size, method):
     return _BUILDERS[method](ops, int(old_size), ops.cast(new_size, "int32"), "float32")
 
 
+def _along_ops(x, new_size, axis, method):
+    """float32 tensor `x` resampled along `axis`; at its own (static) size, `x` itself."""
+    if isinstance(new_size, (int, np.integer)) and int(new_size) == x.shape[axis]:
+        return x
+    out = ops.tensordot(_matrix_ops(x.shape[axis], new_size, method), x, axes=([1], [axis]))
+    return ops.moveaxis(out, 0, axis)
+
+
+def resize_along_ops(x, new_size, axis: int, method: str = "linear"):
+    """resize_along in keras.ops, inside a model on any backend: the old size
+    (x's `axis`) is static, `new_size` a Python int or a scalar int tensor.
+    Computed in float32, returned in x's dtype."""
+    x = ops.convert_to_tensor(x)
+    return ops.cast(_along_ops(ops.cast(x, "float32"), new_size, axis, method), x.dtype)
+
+
 def resize_grid_ops(grid, new_rows, new_cols, method: str):
     """resize_grid in keras.ops, for use inside a model on any backend: `grid`
     (rows, cols, D) has a static shape, `new_rows` / `new_cols` are Python ints
     or scalar int tensors. Computed in float32, returned in the grid's dtype."""
     grid = ops.convert_to_tensor(grid)
-    rows, cols = grid.shape[0], grid.shape[1]
-    out = ops.einsum("ar,rcd->acd", _matrix_ops(rows, new_rows, method), ops.cast(grid, "float32"))
-    out = ops.einsum("bc,acd->abd", _matrix_ops(cols, new_cols, method), out)
+    out = _along_ops(_along_ops(ops.cast(grid, "float32"), new_rows, 0, method), new_cols, 1, method)
     return ops.cast(out, grid.dtype)

@@ -5,7 +5,8 @@ import math
 import keras
 from keras import ops
 
-from keras_vit.layers.grid_resize import add_positions, resize_axis
+from keras_vit.layers.grid_resize import add_positions
+from keras_vit.layers.interpolation import resize_grid_ops
 
 
 @keras.saving.register_keras_serializable(package="keras_vit")
@@ -60,14 +61,8 @@ class PositionEmbedding(keras.layers.Layer):
         prefix = self.num_prefix_tokens
         width = self.pos_embedding.shape[-1]
         grid = ops.reshape(self.pos_embedding[0, prefix:], (*self.grid_size, width))
-        if self.interpolation == "linear":
-            grid = resize_axis(resize_axis(grid, rows, 0), cols, 1)
-        else:
-            from keras_vit.layers.interpolation import resize_grid_ops
-
-            # torch's bicubic runs in float32 (DINOv2 casts to it): so does this, whatever the policy.
-            grid = ops.cast(resize_grid_ops(ops.cast(grid, "float32"), rows, cols, self.interpolation), grid.dtype)
-        grid = ops.reshape(grid, (1, -1, width))
+        # In float32 whatever the policy (torch's bicubic runs in float32: DINOv2 casts to it).
+        grid = ops.reshape(resize_grid_ops(grid, rows, cols, self.interpolation), (1, -1, width))
         return ops.concatenate([self.pos_embedding[:, :prefix], grid], axis=1)
 
     def call(self, tokens, images=None):

@@ -3,7 +3,8 @@
 import keras
 from keras import ops
 
-from keras_vit.layers.grid_resize import add_positions, resize_axis
+from keras_vit.layers.grid_resize import add_positions
+from keras_vit.layers.interpolation import resize_along_ops
 
 
 def grid_tuple(grid_size):
@@ -76,7 +77,8 @@ class PositionEmbedding2D(keras.layers.Layer):
     def table_at(self, rows, cols):
         """The table of a rows x cols grid: each learned table resized along its
         own axis (keras_vit.weights.resize's rule), the prefix vectors kept."""
-        return self._compose(resize_axis(self.column_embedding, cols, 0), resize_axis(self.row_embedding, rows, 0))
+        return self._compose(resize_along_ops(self.column_embedding, cols, 0),
+                             resize_along_ops(self.row_embedding, rows, 0))
 
     def _compose(self, column_embedding, row_embedding):
         # (1, cols, D/2) and (rows, 1, D/2) broadcast against each other to the (rows, cols, D/2) grid.

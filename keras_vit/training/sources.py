@@ -291,11 +291,6 @@ def _check_classes(config, name, classes, train_files, where=None, numbered=Fals
     return classes
 
 
-def _class_folders(directory):
-    return sorted(d for d in storage.listdir(directory)
-                  if storage.isdir(storage.join(directory, d)) and not d.startswith("."))
-
-
 def _folder_source(config, root, shard) -> Source:
     if not storage.isdir(root):
         raise UserError(f"folder:{root}: no such directory.")
@@ -304,7 +299,7 @@ def _folder_source(config, root, shard) -> Source:
     eval_dir = next((storage.join(root, n) for n in EVAL_SPLIT_NAMES if storage.isdir(storage.join(root, n))), None)
 
     def listing(directory):
-        classes = _class_folders(directory)
+        classes = images_lib.class_folders(directory)
         return classes, {c: images_lib.list_images(storage.join(directory, c)) for c in classes}
 
     if storage.isdir(train_dir) and eval_dir:

@@ -1,8 +1,9 @@
 """Resizing position weights for another image size (fine-tuning at a higher
-resolution). One interpolation for every kind: linear, with the corner
-samples aligned (the semantics of scipy.ndimage.zoom(order=1), what the
-official loader does to the 1-D table). The rule of each
-ViTConfig.position_embedding:
+resolution), through the package's one resize (keras_vit.layers.interpolation):
+linear with the corner samples aligned (the semantics of
+scipy.ndimage.zoom(order=1), what the official loader does to the 1-D table),
+or a family's torch bicubic rule for the 1-D table where its config says so
+(ViTConfig.position_interpolation). The rule of each ViTConfig.position_embedding:
 
     learned_1d  the (1, prefix + R*C, D) table: the class-token slot is kept,
                 the grid part is resized over rows and columns (official);
@@ -21,27 +22,8 @@ import math
 import numpy as np
 
 from keras_vit.errors import UserError
+from keras_vit.layers.interpolation import resize_along, resize_grid
 from keras_vit.weights.layout import BLOCK_PARTS, POSEMB_ROOT
-
-
-def _linear_resize_axis(x: np.ndarray, new_size: int, axis: int) -> np.ndarray:
-    old_size = x.shape[axis]
-    if new_size == old_size:
-        return x
-    # Output sample i sits at input coordinate i * (old - 1) / (new - 1), so the
-    # first and last samples coincide with the old grid's (scipy's grid_mode=False).
-    if new_size == 1:
-        coords = np.zeros(1)
-    else:
-        coords = np.arange(new_size) * ((old_size - 1) / (new_size - 1))
-    coords = np.clip(coords, 0, old_size - 1)
-    lo = np.floor(coords).astype(int)
-    hi = np.minimum(lo + 1, old_size - 1)
-    frac = coords - lo
-    shape = [1] * x.ndim
-    shape[axis] = new_size
-    frac = frac.reshape(shape)
-    return np.take(x, lo, axis=axis) * (1 - frac) + np.take(x, hi, axis=axis) * frac
 
 
 def resize_position_embedding(posemb, new_grid, num_prefix_tokens=1, old_grid=None, method="linear") -> np.ndarray:
@@ -77,15 +59,8 @@ def resize_position_embedding(posemb, new_grid, num_prefix_tokens=1, old_grid=No
         old_grid = (side, side)
     if old_grid[0] * old_grid[1] != grid.shape[0]:
         raise UserError(f"old_grid {old_grid} does not hold the {grid.shape[0]} grid tokens of the table.")
-    grid = grid.reshape(old_grid[0], old_grid[1], -1).astype(np.float64)
-    if method == "linear":
-        grid = _linear_resize_axis(grid, new_grid[0], axis=0)
-        grid = _linear_resize_axis(grid, new_grid[1], axis=1)
-    else:
-        from keras_vit.layers.interpolation import resize_grid
-
-        grid = resize_grid(grid, tuple(new_grid), method)
-    grid = grid.reshape(1, new_grid[0] * new_grid[1], -1).astype(posemb.dtype)
+    grid = resize_grid(grid.reshape(old_grid[0], old_grid[1], -1), tuple(new_grid), method)
+    grid = grid.reshape(1, new_grid[0] * new_grid[1], -1)
     return np.concatenate([prefix, grid], axis=1)
 
 
@@ -104,8 +79,7 @@ def resize_relative_position_bias(table, new_grid) -> np.ndarray:
     if table.ndim != 3 or table.shape[1] % 2 == 0 or table.shape[2] % 2 == 0:
         raise UserError(f"A relative-position bias table has shape (heads, 2*rows-1, 2*cols-1), got {table.shape}.")
     rows, cols = (new_grid, new_grid) if isinstance(new_grid, int) else new_grid
-    out = _linear_resize_axis(table.astype(np.float64), 2 * rows - 1, axis=1)
-    return _linear_resize_axis(out, 2 * cols - 1, axis=2).astype(table.dtype)
+    return np.moveaxis(resize_grid(np.moveaxis(table, 0, -1), (2 * rows - 1, 2 * cols - 1), "linear"), -1, 0)
 
 
 def resize_position_params(params, shapes, grid, num_prefix_tokens, old_grid=None, method="linear"):
@@ -133,7 +107,7 @@ def resize_position_params(params, shapes, grid, num_prefix_tokens, old_grid=Non
             continue
         if key.endswith((ROW_SUFFIX, COLUMN_SUFFIX)) and have.shape[1] == want[1]:
             size = rows if key.endswith(ROW_SUFFIX) else cols
-            params[key] = _linear_resize_axis(have.astype(np.float64), size, axis=0).astype(have.dtype)
+            params[key] = resize_along(have, size, axis=0)
         elif key.endswith(RELATIVE_SUFFIX) and have.shape[0] == want[0]:
             params[key] = resize_relative_position_bias(have, grid)
         else:
