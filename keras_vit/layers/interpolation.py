@@ -32,9 +32,10 @@ from __future__ import annotations
 import numpy as np
 from keras import ops
 
+from keras_vit.config import POSITION_INTERPOLATIONS
 from keras_vit.errors import UserError
 
-METHODS = ("linear", "bicubic", "bicubic_antialias")
+METHODS = POSITION_INTERPOLATIONS  # the position-table rules (ViTConfig.position_interpolation)
 
 # Keys' cubic-convolution parameter: torch's bicubic uses -0.75 (as OpenCV),
 # its antialiased path -0.5 (as Pillow).
@@ -60,14 +61,25 @@ def _one_hot(xp, index, old_size, dtype):
     return _cast(xp, xp.equal(index[:, None], columns), dtype)
 
 
-def _linear(xp, old_size, new_size, dtype):
-    # Corner-aligned: sample i sits at i * (old - 1) / (new - 1); a 1-sample axis reads sample 0.
-    step = _cast(xp, old_size - 1, dtype) / _cast(xp, xp.maximum(new_size - 1, 1), dtype)
-    src = xp.clip(xp.arange(new_size, dtype=dtype) * step, 0, old_size - 1)
+def _two_taps(xp, src, old_size, dtype):
+    """(new, old): each output sample the linear mix of the two input samples around `src`."""
+    src = xp.clip(src, 0, old_size - 1)
     low = xp.floor(src)
     high = xp.minimum(low + 1, old_size - 1)
     frac = (src - low)[:, None]
     return _one_hot(xp, low, old_size, dtype) * (1 - frac) + _one_hot(xp, high, old_size, dtype) * frac
+
+
+def _linear(xp, old_size, new_size, dtype):
+    # Corner-aligned: sample i sits at i * (old - 1) / (new - 1); a 1-sample axis reads sample 0.
+    step = _cast(xp, old_size - 1, dtype) / _cast(xp, xp.maximum(new_size - 1, 1), dtype)
+    return _two_taps(xp, xp.arange(new_size, dtype=dtype) * step, old_size, dtype)
+
+
+def _bilinear(xp, old_size, new_size, dtype):
+    # tf.image.resize's "bilinear" (half-pixel centres, no antialiasing), clamped to the border.
+    scale = old_size / _cast(xp, new_size, dtype)
+    return _two_taps(xp, (xp.arange(new_size, dtype=dtype) + 0.5) * scale - 0.5, old_size, dtype)
 
 
 def _bicubic(xp, old_size, new_size, dtype):
@@ -103,19 +115,21 @@ def _bicubic_antialias(xp, old_size, new_size, dtype):
     return weights / xp.where(xp.equal(total, 0), 1.0, total)
 
 
-_BUILDERS = {"linear": _linear, "bicubic": _bicubic, "bicubic_antialias": _bicubic_antialias}
+_BUILDERS = {"linear": _linear, "bicubic": _bicubic, "bicubic_antialias": _bicubic_antialias,
+             # not a position rule (METHODS): FlexiViT's patch-kernel resize (weights/patch_resize.py)
+             "bilinear": _bilinear}
 
 
 def _check(old_size, method):
-    if method not in METHODS:
-        raise UserError(f"Unknown interpolation {method!r}: one of {', '.join(METHODS)}.")
+    if method not in _BUILDERS:
+        raise UserError(f"Unknown interpolation {method!r}: one of {', '.join(_BUILDERS)}.")
     if old_size < 1:
         raise UserError(f"Cannot interpolate from an axis of {old_size} samples.")
 
 
 def interpolation_matrix(old_size: int, new_size: int, method: str) -> np.ndarray:
     """The float64 (new_size, old_size) matrix taking `old_size` samples to
-    `new_size` by `method` (one of METHODS); the identity when the sizes agree."""
+    `new_size` by `method` (one of METHODS, or "bilinear"); the identity when the sizes agree."""
     _check(old_size, method)
     if new_size < 1:
         raise UserError(f"Cannot interpolate to an axis of {new_size} samples.")

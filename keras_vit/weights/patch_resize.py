@@ -12,7 +12,8 @@ Downsampling (p' < p): it is preserved for the patches B can represent
 blocks) and is the least-squares best otherwise. The bias is kept.
 
 B is TensorFlow's bilinear resize (tf.image.resize, half-pixel centres, no
-antialiasing), built here as a matrix so the kernel math stays in numpy.
+antialiasing), as a matrix from the package's one resize
+(keras_vit.layers.interpolation) so the kernel math stays in numpy.
 """
 
 from __future__ import annotations
@@ -20,27 +21,15 @@ from __future__ import annotations
 import numpy as np
 
 from keras_vit.errors import UserError
+from keras_vit.layers.interpolation import interpolation_matrix
 
 # Official-layout key of the patch-embedding kernel (keras_vit.weights.layout).
 PATCH_KERNEL_KEY = "embedding/kernel"
 
 
-def bilinear_resize_matrix(old: int, new: int) -> np.ndarray:
-    """(new, old): row i holds the weights of output sample i of a 1-D bilinear
-    resize with half-pixel centres (tf.image.resize's "bilinear", antialias=False)."""
-    centres = np.clip((np.arange(new) + 0.5) * (old / new) - 0.5, 0, old - 1)
-    low = np.floor(centres).astype(int)
-    high = np.minimum(low + 1, old - 1)
-    frac = centres - low
-    matrix = np.zeros((new, old))
-    matrix[np.arange(new), low] += 1 - frac
-    matrix[np.arange(new), high] += frac
-    return matrix
-
-
 def patch_resize_matrix(old: int, new: int) -> np.ndarray:
     """(new * new, old * old): B with B @ x.ravel() = the row-major p' x p' resize of a p x p patch."""
-    one_axis = bilinear_resize_matrix(old, new)
+    one_axis = interpolation_matrix(old, new, "bilinear")  # (new, old), tf.image.resize's rule
     return np.kron(one_axis, one_axis)  # rows then columns, row-major
 
 
