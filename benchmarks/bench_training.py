@@ -208,11 +208,10 @@ def input_pipeline_runner(data_root, workdir, variant, size, batch, batches_per_
 
     from keras_vit.training import data as data_lib
     from keras_vit.training import plan as plan_lib
-    from keras_vit.variants import get_variant
 
     config = trainer_config(data_root, workdir, variant, size, batch, "float32", True)
     source = data_lib.open_source(config)
-    plan = plan_lib.resolve(config.replace(image_size=size), source, get_variant(variant))
+    plan = plan_lib.resolve(config.replace(image_size=size), source)
     dataset = data_lib.train_dataset(source, plan, tf.distribute.InputContext(), 0)
     dataset = dataset.take(batches_per_call)
 

@@ -143,9 +143,8 @@ def child_check(root, batch):
     source = data.open_source(config)
     opened = time.perf_counter()
     from keras_vit.training import plan as plan_lib
-    from keras_vit.variants import get_variant
 
-    plan = plan_lib.resolve(config, source, get_variant("S/16"))
+    plan = plan_lib.resolve(config, source)
     first = next(iter(data.train_dataset(source, plan, tf.distribute.InputContext(), 0)))
     first["image"].numpy()
     done = time.perf_counter()

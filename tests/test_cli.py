@@ -212,10 +212,11 @@ def test_a_run_folder_holds_labels_and_what_actually_ran(finished):
     assert (finished / "labels.txt").read_text().splitlines() == [str(i) for i in range(10)]
     assert keras_vit.load_model(finished / "model.keras").labels == [str(i) for i in range(10)]
     config = json.loads((finished / "config.json").read_text())
-    assert config["resolved"]["image_size"] == [28, 28] and config["recipe"]["image_size"] is None
-    assert config["resolved"]["classifier"] == "gap" and config["resolved"]["num_classes"] == 10
+    assert config["plan"]["image_size"] == [28, 28] and config["recipe"]["image_size"] is None
+    assert config["plan"]["model"]["classifier"] == "gap" and config["plan"]["num_classes"] == 10
+    assert "resolved" not in config  # the plan, once (#38 item 3)
     results = json.loads((finished / "results.json").read_text())
-    assert results["status"] == "finished" and results["resolved"] == config["resolved"]
+    assert results["status"] == "finished" and results["plan"] == config["plan"]
     assert [s["end_step"] for s in results["segments"]] == [2]
     umask = os.umask(0)
     os.umask(umask)

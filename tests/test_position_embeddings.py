@@ -223,14 +223,14 @@ def test_trains_through_the_trainer_and_its_model_file_loads(tmp_path, kind):
                              eval_batch_size=1000))
     assert results["steps"] == 2 and 0.0 <= results["eval"]["accuracy"] <= 1.0
     assert np.isfinite(results["eval"]["loss"])
-    assert results["resolved"]["model"]["position_embedding"] == kind
+    assert results["plan"]["model"]["position_embedding"] == kind
     loaded = keras_vit.load_model(tmp_path / kind)
     assert loaded.config.position_embedding == kind
 
 
 def test_flag_picks_the_kind_and_weights_fix_it(tmp_path):
     from keras_vit.training import cli
-    from keras_vit.training.trainer import resolve_model_config
+    from keras_vit.training.plan import model_config
     from keras_vit.training.transfer import resolve_weights
 
     parser = argparse.ArgumentParser()
@@ -239,18 +239,18 @@ def test_flag_picks_the_kind_and_weights_fix_it(tmp_path):
                               "--position-embedding", "relative"])
     config = cli.config_from_args(args)
     assert config.position_embedding == "relative"
-    assert resolve_model_config(config).position_embedding == "relative"
+    assert model_config(config).position_embedding == "relative"
     with pytest.raises(SystemExit):  # argparse names the choices
         parser.parse_args(["--workdir", "x", "--position-embedding", "2d"])
 
     source = keras_vit.ViT(tiny_config(position_embedding="sincos_2d"), image_size=16, num_classes=3)
     source.save(str(tmp_path / "source.keras"))
     initial = resolve_weights(str(tmp_path / "source.keras"))
-    taken = resolve_model_config(config.replace(model=None, position_embedding=None), initial)
+    taken = model_config(config.replace(model=None, position_embedding=None), initial)
     assert taken.position_embedding == "sincos_2d"  # the weights' own kind
-    with pytest.raises(ValueError, match="position_embedding='relative' differs from the pre-trained weights' "
-                                         "'sincos_2d'"):
-        resolve_model_config(config.replace(model=None), initial)
+    with pytest.raises(ValueError, match="position_embedding='relative' contradicts the pre-trained weights "
+                                         r"\(.*\), whose position embedding is 'sincos_2d'"):
+        model_config(config.replace(model=None), initial)
 
 
 def test_weights_from_a_keras_file_are_resized_for_the_run(tmp_path, rng):

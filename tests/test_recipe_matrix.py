@@ -150,13 +150,10 @@ def test_each_recipe_default_batch_passes_the_checks_and_makes_a_batch(recipe):
     refused before, as no power of two holds whole groups of 6)."""
     from keras_vit.training import data as data_lib
     from keras_vit.training import plan as plan_lib
-    from keras_vit.variants import get_variant
-
     config = TrainConfig(recipe=recipe, model="Mu/4", dataset="mnist5k").replace(image_size=8, patch_size=4)
     source = data_lib.open_source(config)
-    model = get_variant("Mu/4").replace(patch_size=4)
     for replicas in (1, 8):
-        plan = plan_lib.resolve(config, source, model, num_replicas=replicas)
+        plan = plan_lib.resolve(config, source, num_replicas=replicas)
         assert plan.per_replica_batch * replicas == RECIPES[recipe].batch_size
     batch = next(iter(data_lib.train_dataset(source, plan, tf.distribute.InputContext(1, 0, 8), 0)))
     assert batch["image"].shape == (plan.per_replica_batch, 8, 8, 1)

@@ -69,7 +69,6 @@ def test_every_way_of_building_a_config_trains_the_same_run():
     size is read where the run is resolved, not in create() alone."""
     from keras_vit.training import data as data_lib
     from keras_vit.training import plan as plan_lib
-    from keras_vit.variants import get_variant
 
     made = [
         TrainConfig.create("augreg", model="B/16", dataset="mnist5k", image_size=32),
@@ -79,7 +78,7 @@ def test_every_way_of_building_a_config_trains_the_same_run():
         TrainConfig.from_dict(TrainConfig.create("augreg", model="B/16", image_size=32).to_dict()),
     ]
     source = data_lib.open_source(made[0])
-    plans = [plan_lib.resolve(config, source, get_variant("B/16")) for config in made]
+    plans = [plan_lib.resolve(config, source) for config in made]
     ops = [plan.to_dict()["augmentation"] for plan in plans]
     assert ops[0] == ops[1] == ops[2] == ops[3]
     assert {"op": "randaugment", "num_ops": 2, "magnitude": 15} in ops[0]

@@ -69,7 +69,7 @@ def test_weights_from_a_workdir_transfer_the_encoder(learned, tmp_path):
 def test_accumulation_equals_the_large_batch(tmp_path):
     one = training.train(tiny_config(tmp_path / "one", batch_size=32, steps=3))
     two = training.train(tiny_config(tmp_path / "two", batch_size=32, steps=3, accum_steps=2))
-    assert one["resolved"]["fused_gelu"] is True  # a step without XLA takes the fused GELU
+    assert one["built"]["fused_gelu"] is True  # a step without XLA takes the fused GELU
     for a, b in zip(weights_of(one["model_path"]), weights_of(two["model_path"])):
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
     assert one["eval"]["loss"] == pytest.approx(two["eval"]["loss"], rel=1e-5)
@@ -84,9 +84,9 @@ def test_remat_trains_the_same_network_in_the_same_steps(tmp_path):
     runs = {remat: training.train(tiny_config(tmp_path / str(remat), model=regularised, steps=3,
                                               jit_compile=True, remat=remat))
             for remat in (False, True)}
-    assert runs[True]["resolved"]["rematerialized_blocks"] == 2
-    assert runs[False]["resolved"]["rematerialized_blocks"] == 0
-    assert runs[False]["resolved"]["fused_gelu"] is False  # XLA fuses it by itself
+    assert runs[True]["built"]["rematerialized_blocks"] == 2
+    assert runs[False]["built"]["rematerialized_blocks"] == 0
+    assert runs[False]["built"]["fused_gelu"] is False  # XLA fuses it by itself
     for a, b in zip(weights_of(runs[False]["model_path"]), weights_of(runs[True]["model_path"])):
         np.testing.assert_allclose(b, a, rtol=1e-5, atol=1e-6)
 

@@ -10,7 +10,6 @@ from keras_vit.errors import UserError
 from keras_vit.training import RECIPES, TrainConfig, train
 from keras_vit.training import data as data_lib
 from keras_vit.training import plan as plan_lib
-from keras_vit.variants import get_variant
 from tests.training_helpers import TINY, tiny_config
 
 
@@ -18,7 +17,7 @@ def _plan(recipe="deit", num_replicas=1, **overrides):
     settings = {"model": "Mu/4", "dataset": "mnist5k", "image_size": 28, "patch_size": 7, **overrides}
     config = TrainConfig.create(recipe, **settings)
     source = data_lib.open_source(config)
-    return plan_lib.resolve(config, source, get_variant("Mu/4").replace(patch_size=7), num_replicas=num_replicas)
+    return plan_lib.resolve(config, source, num_replicas=num_replicas)
 
 
 def _warmup_warnings(plan):
@@ -88,9 +87,9 @@ def test_the_checks_of_image_size_and_unknown_sizes_are_one_line_each():
 
     config = TrainConfig.create("deit", model=TINY, image_size=28)
     with pytest.raises(UserError, match="cannot be turned into steps: give steps=N"):
-        plan_lib.resolve(config, Unknown(), TINY)
+        plan_lib.resolve(config, Unknown())
     with pytest.raises(UserError, match="warmup of 5 epochs cannot be turned into steps: give warmup_steps=N"):
-        plan_lib.resolve(config.replace(steps=10), Unknown(), TINY)
+        plan_lib.resolve(config.replace(steps=10), Unknown())
 
 
 def test_the_plan_orders_every_recipes_augmentation():
@@ -157,9 +156,9 @@ def test_the_plan_scales_pixels_as_the_models_weights_expect():
     pixels = rng.integers(0, 256, (10, 8, 8, 3)).astype(np.uint8)
     source = data_lib.open_source(TrainConfig.create("scratch", model=TINY), (pixels, np.arange(10) % 2))
     for normalization in ("minus_one_to_one", "imagenet", "clip"):
-        config = TrainConfig.create("scratch", model=TINY, train_augment="none")
-        plan = plan_lib.resolve(config.replace(image_size=(8, 8)), source,
-                                TINY.replace(patch_size=1, pixel_normalization=normalization))
+        config = TrainConfig.create("scratch", model=TINY.replace(patch_size=1, pixel_normalization=normalization),
+                                    train_augment="none", image_size=(8, 8))
+        plan = plan_lib.resolve(config, source)
         expected_op = scale if normalization == "minus_one_to_one" else {**scale, "normalization": normalization}
         assert plan.pixel_normalization == normalization
         assert [op for op in plan.augmentation if op["op"] == "to_model_range"] == [expected_op]
@@ -171,3 +170,40 @@ def test_the_plan_scales_pixels_as_the_models_weights_expect():
     assert "pixels normalised as clip" in reporting.describe(plan)
     # A [-1, 1] plan's ops are those of every earlier run (the same dicts, byte for byte in config.json).
     assert plan_of(source, (8, 8), 3).to_dict()["augmentation"] == [{"op": "resize"}, scale]
+
+
+def test_the_classifier_is_the_users_else_the_recipes_from_scratch_and_pre_trained_weights_keep_theirs(tmp_path):
+    """#38 item 3: who chose the classifier is known, not guessed by comparing the
+    recipe with RECIPES (finetune_ld's own "gap" made a user's --classifier gap
+    against token-classifier weights pass unnoticed)."""
+    import keras_vit
+    from keras_vit.training.transfer import resolve_weights
+    from keras_vit.variants import get_variant
+
+    scratch = TrainConfig.create("finetune_ld", model="Mu/4")
+    assert RECIPES["finetune_ld"].classifier == "gap" != get_variant("Mu/4").classifier
+    assert plan_lib.model_config(scratch).classifier == "gap"  # the recipe's, from scratch
+    assert plan_lib.model_config(scratch.replace(classifier="token")).classifier == "token"  # the user's wins
+    assert plan_lib.model_config(TrainConfig.create("finetune", model="Mu/4")).classifier == "token"  # the variant's
+
+    path = str(tmp_path / "token.keras")
+    keras_vit.ViT(TINY, image_size=14, num_classes=3).save(path)
+    initial = resolve_weights(path)
+    fine_tuned = TrainConfig.create("finetune_ld", weights=path)
+    assert plan_lib.model_config(fine_tuned, initial).classifier == "token"  # the recipe's "gap" yields
+    with pytest.raises(UserError, match=r"classifier='gap' contradicts the pre-trained weights \(.*\), whose "
+                                        r"classifier is 'token': drop classifier"):
+        plan_lib.model_config(fine_tuned.replace(classifier="gap"), initial)
+
+
+def test_the_plan_holds_what_the_trainer_reads(tmp_path):
+    """Evaluation steps, steps per host loop, the strategy and the shuffle are
+    the plan's, and config.json holds the settings as given and the plan once."""
+    config = tiny_config(tmp_path / "run", steps=2, log_every=3, eval_batch_size=300)
+    plan = plan_lib.resolve(config, data_lib.open_source(config))
+    assert (plan.eval_steps, plan.steps_per_loop, plan.strategy, plan.shuffle) == (4, 3, "default", "permutation")
+    assert plan_lib.resolve(config.replace(steps_per_loop=5), data_lib.open_source(config)).steps_per_loop == 5
+    train(config)
+    written = json.loads((tmp_path / "run" / "config.json").read_text())
+    assert "resolved" not in written and written["plan"]["eval_steps"] == 4
+    assert {k: v for k, v in written.items() if k != "plan"} == json.loads(json.dumps(config.to_dict()))

@@ -1,5 +1,7 @@
 """Shared tiny settings of the trainer tests (not a test module)."""
 
+import dataclasses
+
 import numpy as np
 
 from keras_vit.config import ViTConfig
@@ -42,5 +44,7 @@ def plan_of(source, image_size, num_channels, config=None, eval_batch=None, num_
     changes = {"image_size": tuple(image_size)}
     if eval_batch is not None:
         changes["eval_batch_size"] = eval_batch
-    return plan_lib.resolve(config.replace(**changes), source, TINY.replace(patch_size=1),
-                            num_replicas=num_replicas, num_channels=num_channels)
+    changes["model"] = TINY.replace(patch_size=1)
+    # The data as a model of `num_channels` takes it (pre-trained weights fix a model's channels).
+    source = dataclasses.replace(source, num_channels=num_channels)
+    return plan_lib.resolve(config.replace(**changes), source, num_replicas=num_replicas)

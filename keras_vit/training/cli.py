@@ -16,7 +16,7 @@ import json
 import sys
 
 from keras_vit._flags import UsageError, image_size, non_negative_int, positive_int
-from keras_vit.config import POSITION_EMBEDDINGS
+from keras_vit.config import CLASSIFIERS, POSITION_EMBEDDINGS
 from keras_vit.errors import UserError
 from keras_vit.training import config as config_lib
 
@@ -38,7 +38,6 @@ _RECIPE_HELP = {
                      "shift up to 1/8 of the side; translate: mirror-pad by 1/8, random crop back)",
     "image_size": "training and evaluation resolution, SIDE or HEIGHT,WIDTH (default: the recipe's, else the dataset's)",
     "representation_layer": "keep the pre-logits layer (true/false)",
-    "classifier": "token | gap (default: the recipe's, else the variant's)",
     "dropout_rate": "ViT dropout",
     "stochastic_depth_rate": "drop-path rate of the last block",
     "epochs": "passes over the training split, instead of --steps",
@@ -104,6 +103,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     run.add_argument("--position-embedding", choices=POSITION_EMBEDDINGS,
                      help="replace the variant's position embedding (training from scratch; default: the "
                           "variant's, learned_1d, or the --weights' own)")
+    run.add_argument("--classifier", choices=CLASSIFIERS,
+                     help="replace the variant's classifier (default: the recipe's, else the variant's; "
+                          "--weights fix their own)")
     run.add_argument("--weights", help="initial weights: checkpoint name (imagenet21k, ...), official .npz, "
                                        ".keras file or training workdir (encoder transferred, new head)")
     run.add_argument("--dataset", default="mnist5k",
@@ -166,7 +168,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
              "randaugment": _randaugment, "repeated_augmentation": positive_int, "aug_level": str}
     for field in config_lib.RECIPE_FIELDS:
         default_type = type(getattr(config_lib.FINETUNE, field))
-        kind = types.get(field, str if field == "classifier" else (int if field == "image_size" else default_type))
+        kind = types.get(field, default_type)
         recipe.add_argument("--" + field.replace("_", "-"), type=kind, default=argparse.SUPPRESS,
                             help=_RECIPE_HELP[field])
 

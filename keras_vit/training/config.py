@@ -24,7 +24,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Optional, Tuple, Union
 
-from keras_vit.config import POSITION_EMBEDDINGS, ViTConfig
+from keras_vit.config import CLASSIFIERS, POSITION_EMBEDDINGS, ViTConfig
 from keras_vit.errors import UserError
 from keras_vit.variants import get_variant
 
@@ -86,8 +86,10 @@ class Recipe:
         image_size: training resolution; None keeps the dataset's own size.
         representation_layer: keep the pre-logits layer (Dense(D) + tanh) of
             pre-training; False drops it (fine-tuning).
-        classifier: None keeps the variant's ("token"); or "token" / "gap".
-            Ignored with initial weights, whose architecture decides.
+        classifier: the classifier this recipe trains from scratch with
+            ("token" / "gap"); None keeps the variant's. Pre-trained weights
+            keep their own, and a user's choice is TrainConfig.classifier
+            (--classifier), so the recipe's value is never mistaken for one.
         dropout_rate: ViT dropout (embedding, attention output, MLP).
         stochastic_depth_rate: drop-path rate of the last block.
         epochs: train for this many passes over the training split instead of
@@ -322,7 +324,9 @@ def _counted_in_one_unit(changes: dict) -> dict:
     return changes
 
 
-RECIPE_FIELDS = tuple(f.name for f in dataclasses.fields(Recipe) if f.name != "name")
+# The Recipe fields a flag or a keyword overrides. Not the classifier: the recipe's is its own
+# default for training from scratch, the user's is TrainConfig.classifier (see Recipe).
+RECIPE_FIELDS = tuple(f.name for f in dataclasses.fields(Recipe) if f.name not in ("name", "classifier"))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -338,6 +342,10 @@ class TrainConfig:
             (ViTConfig.position_embedding: learned_1d, learned_2d, sincos_2d,
             relative or none); training from scratch only: pre-trained
             weights fix it.
+        classifier: replaces the variant's (and the recipe's) classifier,
+            config.CLASSIFIERS ("token", "gap", ...); None: the recipe's,
+            else the variant's. Pre-trained weights fix it: a choice that
+            contradicts them is refused.
         dataset: "mnist5k" (bundled), "tfds:NAME" (or a prepared tfds
             directory, tfds:DATA_DIR/NAME/VERSION), "list:TRAIN[,EVAL]"
             (CSV/JSON rows of image path, label), "folder:PATH" (one
@@ -368,7 +376,7 @@ class TrainConfig:
             bfloat16 matmuls without XLA ran the trainer's step faster than
             XLA's (figures, date and machine: docs/benchmarks.md); a step
             without XLA also takes the fused GELU (keras_vit.layers.fused).
-            What ran is recorded in results.json's "resolved".
+            What ran is recorded in the plan (config.json's "plan": jit_compile).
         remat: rematerialise every encoder block (keras_vit.model.
             rematerialize_blocks): the backward pass recomputes each block's
             activations instead of holding them, for big models or batches
@@ -404,6 +412,7 @@ class TrainConfig:
     model: Union[str, ViTConfig, None] = None
     patch_size: Optional[int] = None
     position_embedding: Optional[str] = None
+    classifier: Optional[str] = None
     dataset: str = "mnist5k"
     workdir: str = "runs/default"
     recipe: Union[Recipe, str] = FINETUNE
@@ -450,6 +459,8 @@ class TrainConfig:
         object.__setattr__(self, "fewshot_shots", tuple(int(s) for s in self.fewshot_shots))
         if self.position_embedding is not None:
             _check_choice("position_embedding", self.position_embedding, POSITION_EMBEDDINGS)
+        if self.classifier is not None:
+            _check_choice("classifier", self.classifier, CLASSIFIERS)
         _check_choice("strategy", self.strategy, STRATEGIES)
         _check_choice("precision", self.precision, PRECISIONS)
         if self.accum_steps < 1 or self.checkpoint_every < 1 or self.log_every < 1 or self.keep_checkpoints < 1:

@@ -1,7 +1,7 @@
 """The trainer's datasets, read off the run's plan: training, evaluation, few-shot.
 
     source = open_source(config)                   # keras_vit.training.sources
-    plan = keras_vit.training.plan.resolve(config, source, model_config)
+    plan = keras_vit.training.plan.resolve(config, source)
     train_dataset(source, plan, context, examples_seen)
 
 Three jobs, three modules: `sources` (where examples come from and how they

@@ -1,6 +1,6 @@
 """A run's plan: everything derived from the config, the data and the strategy, resolved once.
 
-    plan = resolve(config, source, model_config, num_replicas=2)
+    plan = resolve(config, source, initial_weights, num_replicas=2)
 
 The data pipeline, the compiled steps, the optimizer, the progress report and
 the checkpoint fingerprint read the plan and nothing else, so two places can
@@ -18,7 +18,14 @@ What is resolved here:
     training augmentation as an ordered list of ops (crop, flip, RandAugment,
     the scale to the model's pixel normalisation, erasing, then mixing),
     which keras_vit.training.augment applies;
-  * the model config, image size, channels, classes, XLA and precision.
+  * the model config (the variant or the weights' own architecture, with
+    the user's patch size, position embedding and classifier, the recipe's
+    classifier from scratch, its representation layer and regularisation),
+    image size, channels, classes, the task, XLA, precision, the strategy,
+    steps per host loop and evaluation steps.
+
+The trainer builds what the plan says and derives none of it again;
+config.json holds the settings as given and the plan, once.
 """
 
 from __future__ import annotations
@@ -31,6 +38,7 @@ from keras_vit import _console
 from keras_vit.config import ViTConfig
 from keras_vit.errors import UserError
 from keras_vit.training.config import RECIPES, TrainConfig, with_aug_level
+from keras_vit.variants import get_variant
 
 # train_augment -> its geometric ops, in order (every image ends at the plan's size).
 GEOMETRY = {
@@ -64,6 +72,8 @@ class Plan:
     micro_batch: int  # per replica and accumulation step
     accum_steps: int
     eval_batch: int  # global
+    eval_steps: int  # batches of eval_batch covering the evaluation split
+    steps_per_loop: int  # optimizer steps per call into the device
     steps: int
     warmup_steps: int
     train_size: Optional[int]
@@ -72,6 +82,8 @@ class Plan:
     jit_compile: bool
     precision: str
     remat: bool
+    strategy: str  # the resolved name (keras_vit.training.strategies)
+    shuffle: str  # how the training stream is shuffled: the source's Source.shuffle_kind
     warnings: Tuple[str, ...] = ()
 
     @property
@@ -106,14 +118,15 @@ class Plan:
         return out
 
 
-def resolve(config: TrainConfig, source, model_config: ViTConfig, num_replicas: int = 1,
-            num_input_pipelines: int = 1, num_channels: Optional[int] = None, jit_compile: bool = False,
-            task: str = "classification") -> Plan:
-    """The plan of `config` on `source` (a keras_vit.training.sources.Source)
-    for a model of `model_config` over `num_replicas` replicas.
-    `num_channels`: what the model takes (pre-trained weights fix it), default
-    the data's. Raises UserError, one line naming the fix, on a bad combination."""
-    recipe = with_aug_level(config.recipe, model_config)
+def resolve(config: TrainConfig, source, initial=None, num_replicas: int = 1, num_input_pipelines: int = 1,
+            jit_compile: bool = False, task: str = "classification", strategy: str = "default") -> Plan:
+    """The plan of `config` on `source` (a keras_vit.training.sources.Source),
+    starting from `initial` (keras_vit.training.transfer.resolve_weights' weights,
+    or None: from scratch), over `num_replicas` replicas of the `strategy`
+    (its resolved name) with `jit_compile` (keras_vit.training.steps.resolve_jit_compile
+    for that strategy). Raises UserError, one line naming the fix, on a bad combination."""
+    model = model_config(config, initial)
+    recipe = with_aug_level(config.recipe, model)
     train_size = source.sizes.get(source.train_split)
     global_batch = recipe.batch_size
     check_batch(global_batch, num_replicas, config.accum_steps)
@@ -121,20 +134,77 @@ def resolve(config: TrainConfig, source, model_config: ViTConfig, num_replicas: 
     warmup_steps = _warmup_steps(recipe, train_size, source.name)
     recipe = dataclasses.replace(recipe, steps=steps, warmup_steps=warmup_steps)
     image_size = _image_size(recipe, source)
-    _check_patch_grid(image_size, model_config, _size_origin(config.recipe, source))
+    _check_patch_grid(image_size, model, _size_origin(config.recipe, source))
     per_replica = global_batch // num_replicas
-    micro = per_replica // config.accum_steps
-    warnings = _warnings(recipe, train_size)
+    from keras_vit.training.data import eval_steps  # the sources' rule (it imports TensorFlow: here, not at load)
+
+    eval_batch = _eval_batch(config.eval_batch_size or global_batch // config.accum_steps, num_replicas)
     return Plan(
-        config=dataclasses.replace(config, recipe=recipe), task=task, model=model_config, image_size=image_size,
-        num_channels=int(num_channels or source.num_channels), num_classes=int(source.num_classes),
-        num_replicas=num_replicas, num_input_pipelines=num_input_pipelines, global_batch=global_batch,
-        per_replica_batch=per_replica, micro_batch=micro, accum_steps=config.accum_steps,
-        eval_batch=_eval_batch(config.eval_batch_size or global_batch // config.accum_steps, num_replicas),
-        steps=steps, warmup_steps=warmup_steps, train_size=train_size,
-        augmentation=augmentation_ops(recipe, model_config.pixel_normalization),
+        config=dataclasses.replace(config, recipe=recipe), task=task, model=model, image_size=image_size,
+        num_channels=int(initial.num_channels if initial is not None else source.num_channels),
+        num_classes=int(source.num_classes), num_replicas=num_replicas, num_input_pipelines=num_input_pipelines,
+        global_batch=global_batch, per_replica_batch=per_replica, micro_batch=per_replica // config.accum_steps,
+        accum_steps=config.accum_steps, eval_batch=eval_batch, eval_steps=eval_steps(source, eval_batch),
+        steps_per_loop=config.steps_per_loop or config.log_every, steps=steps, warmup_steps=warmup_steps,
+        train_size=train_size, augmentation=augmentation_ops(recipe, model.pixel_normalization),
         mixing=mixing(recipe), jit_compile=bool(jit_compile), precision=config.precision, remat=config.remat,
-        warnings=tuple(warnings))
+        strategy=strategy, shuffle=getattr(source, "shuffle_kind", "permutation"), warnings=tuple(_warnings(recipe, train_size)))
+
+
+# --- the model ---------------------------------------------------------------------------
+
+def model_config(config: TrainConfig, initial=None) -> ViTConfig:
+    """The ViTConfig to build: the variant (or the weights' own architecture)
+    with the user's patch size, position embedding and classifier (each
+    refused where it contradicts pre-trained weights), the recipe's classifier
+    when training from scratch, and the recipe's representation layer and
+    regularisation."""
+    base = _base_model_config(config, initial)
+    for field in ("patch_size", "position_embedding", "classifier"):
+        base = _chosen(base, field, getattr(config, field), initial)
+    recipe = config.recipe
+    representation = (base.representation_size or base.hidden_size) if recipe.representation_layer else None
+    if initial is not None and initial.source_config is not None and base.representation_size is None:
+        # Weights with an architecture of their own (a checkpoint folder, a .keras run) and no
+        # representation layer: a pre-training recipe's would start untrained on trained features.
+        representation = None
+    if initial is None and config.classifier is None and recipe.classifier is not None:
+        base = base.replace(classifier=recipe.classifier)  # the recipe's, from scratch only
+    return base.replace(representation_size=representation, dropout_rate=recipe.dropout_rate,
+                        stochastic_depth_rate=recipe.stochastic_depth_rate, patch_dropout=recipe.patch_dropout)
+
+
+def _chosen(base: ViTConfig, field: str, value, initial) -> ViTConfig:
+    """`base` with the user's `value` of an architecture `field` (None: not chosen);
+    pre-trained weights fix their own, so a different value is refused."""
+    if value is None or value == getattr(base, field):
+        return base
+    if initial is not None:
+        flag = _console.either("--" + field.replace("_", "-"), field)
+        raise UserError(f"{arg(field, value)} contradicts the pre-trained weights ({initial.description}), whose "
+                        f"{field.replace('_', ' ')} is {getattr(base, field)!r}: drop {flag}, or train from "
+                        f"scratch without {_console.either('--weights', 'weights')}.")
+    return base.replace(**{field: value})
+
+
+def _base_model_config(config, initial) -> ViTConfig:
+    """The variant named by --model, or the architecture of the weights (which must agree)."""
+    if config.model is None:
+        if initial is None or initial.source_config is None:
+            raise UserError(f"Name a model ({arg('model', 'B/16')}, for example), unless "
+                            f"{_console.either('--weights', 'weights')} is a .keras file or a workdir.")
+        return initial.source_config
+    base = get_variant(config.model)
+    source = initial.source_config if initial is not None else None
+    if source is None:
+        return base
+    # A .keras model or workdir: its architecture is what loads.
+    sizes = ("hidden_size", "num_layers", "num_heads", "mlp_dim")
+    if any(getattr(source, k) != getattr(base, k) for k in sizes) or (source.resnet is None) != (base.resnet is None):
+        raise UserError(f"{arg('model', config.model)} does not match the architecture of the weights "
+                        f"({initial.description}): leave {_console.either('--model', 'model')} out to take "
+                        f"the weights' own.")
+    return source
 
 
 def augmentation_ops(recipe, normalization: str = "minus_one_to_one") -> Tuple[dict, ...]:

@@ -32,13 +32,12 @@ from keras_vit.training import memory as memory_lib
 from keras_vit.training import plan as plan_lib
 from keras_vit.training import reporting
 from keras_vit.training.checkpointing import CheckpointManager
-from keras_vit.training.config import RECIPES, TrainConfig
+from keras_vit.training.config import TrainConfig
 from keras_vit.training.optimization import averaged_weights, make_optimizer, rule_name
 from keras_vit.training.steps import CompiledSteps, resolve_jit_compile
 from keras_vit.training.strategies import is_chief, make_strategy, resolve_name
 from keras_vit.training.tasks import Task, make_task
 from keras_vit.training.transfer import apply_weights, resolve_weights
-from keras_vit.variants import get_variant
 
 
 class NonFiniteLossError(CannotContinue):
@@ -93,9 +92,7 @@ class Trainer:
     """One training session of a run (see the module docstring)."""
 
     def __init__(self, config: TrainConfig, task: Optional[Task] = None, callbacks: Iterable = (), dataset=None):
-        self.config = config
-        self.requested = config  # as given; self.config becomes the plan's (resolved) config in build()
-        self.recipe = config.recipe
+        self.requested = config  # as given (config.json); what runs is self.plan, from build() on
         self.task = task
         self.callbacks = list(callbacks)
         self.dataset = dataset
@@ -114,7 +111,7 @@ class Trainer:
         self.started = time.time()
         # One writer per workdir, locked before anything is read or written (the
         # chief alone in a multi-worker run: its workers are that one writer).
-        with locks.held(self.config.workdir, locks.writer_role(self.config.strategy)):
+        with locks.held(self.requested.workdir, locks.writer_role(self.requested.strategy)):
             self.build()
             if self.restore():
                 return self.already_finished()
@@ -124,7 +121,7 @@ class Trainer:
 
     def build(self) -> None:
         """Strategy, data, the run's plan, model, optimizer, compiled steps, checkpoint manager."""
-        config = self.config
+        config = self.requested
         # MultiWorkerMirroredStrategy wants to exist before other TF work.
         self.strategy = make_strategy(config.strategy, config.tpu)
         if config.deterministic:
@@ -132,16 +129,14 @@ class Trainer:
         keras.utils.set_random_seed(config.seed)
         self.chief = is_chief(self.strategy)
         self.initial = resolve_weights(config.weights)
-        self.model_config = resolve_model_config(config, self.initial)
         shard = self._input_shard()
         self.source = data_lib.open_source(config, self.dataset, shard=shard)
         self.task = self.task or make_task(config)
+        # From here on the run reads the plan and nothing else (its config holds the resolved recipe).
         self.plan = plan_lib.resolve(
-            config, self.source, self.model_config, num_replicas=self.strategy.num_replicas_in_sync,
-            num_input_pipelines=shard[1], num_channels=self.initial.num_channels if self.initial else None,
-            jit_compile=resolve_jit_compile(config, self.strategy), task=self.task.name)
-        # From here on the run reads the plan: its config holds the resolved recipe.
-        self.config, self.recipe = self.plan.config, self.plan.recipe
+            config, self.source, self.initial, num_replicas=self.strategy.num_replicas_in_sync,
+            num_input_pipelines=shard[1], jit_compile=resolve_jit_compile(config, self.strategy),
+            task=self.task.name, strategy=resolve_name(config.strategy, config.tpu))
         if self.chief:  # before anything is refused or built: they may explain it
             for warning in self.plan.warnings:
                 data_lib.warn(warning)
@@ -149,7 +144,6 @@ class Trainer:
             # Not an error (images are converted), but what ran must be visible.
             print(f"keras-vit train: the images have {self.source.num_channels} channel(s); the pre-trained "
                   f"weights take {self.initial.num_channels}: images are converted.", flush=True)
-        self.jit_compile = self.plan.jit_compile
         self._check_memory()
         self._build_model()
         self.steps = CompiledSteps(self.strategy, self.model, self.optimizer, self.task, self.plan)
@@ -173,8 +167,8 @@ class Trainer:
         accelerators report theirs only once used) is refused with the ways out."""
         plan = self.plan
         self.memory = memory_lib.estimate(
-            self.model_config, plan.image_size, plan.num_classes, plan.num_channels, plan.micro_batch,
-            self.recipe.optimizer, plan.precision, plan.remat)
+            plan.model, plan.image_size, plan.num_classes, plan.num_channels, plan.micro_batch,
+            plan.recipe.optimizer, plan.precision, plan.remat)
         available = memory_lib.machine_memory()
         if tf.config.list_logical_devices("GPU") or tf.config.list_logical_devices("TPU") or not available:
             return
@@ -189,29 +183,30 @@ class Trainer:
         return self.plan.micro_batch
 
     def _what_runs(self) -> str:
-        name = self.config.model if isinstance(self.config.model, str) else "the model"
+        name = self.plan.config.model if isinstance(self.plan.config.model, str) else "the model"
         size = "x".join(str(s) for s in self.plan.image_size)
         return (f"a training step of {name} at {size} px, {self._micro_batch_per_replica()} images per replica "
-                f"at a time ({self.strategy.num_replicas_in_sync} replica(s)), {self.config.precision}")
+                f"at a time ({self.plan.num_replicas} replica(s)), {self.plan.precision}")
 
     def _build_model(self) -> None:
         previous_policy = keras.config.dtype_policy()
-        keras.config.set_dtype_policy(self.config.precision)
+        plan = self.plan
+        keras.config.set_dtype_policy(plan.precision)
         try:
             with self.strategy.scope():
-                self.model = self.task.build_model(self.model_config, self.plan.image_size,
-                                                   self.plan.num_classes, self.plan.num_channels)
-                self.rematerialized_blocks = rematerialize_blocks(self.model) if self.config.remat else 0
-                # XLA fuses the GELU by itself; TensorFlow's op-by-op executor gets one kernel each way.
-                self.fused_gelu = not self.jit_compile and fuse_gelu(self.model) > 0
-                self.optimizer = make_optimizer(self.recipe, self.plan.precision, self.model)
+                self.model = self.task.build_model(plan.model, plan.image_size, plan.num_classes, plan.num_channels)
+                # What building did, for results.json's "built" (the plan says what was asked).
+                self.built = {"rematerialized_blocks": rematerialize_blocks(self.model) if plan.remat else 0,
+                              # XLA fuses the GELU by itself; TensorFlow's op-by-op executor gets one kernel each way.
+                              "fused_gelu": not plan.jit_compile and fuse_gelu(self.model) > 0}
+                self.optimizer = make_optimizer(plan.recipe, plan.precision, self.model)
                 self.optimizer.build(self.model.trainable_variables)
         finally:
             keras.config.set_dtype_policy(previous_policy)
 
     def _fingerprint(self) -> dict:
         return {
-            "task": self.plan.task, "model": self.model_config.to_dict(),
+            "task": self.plan.task, "model": self.plan.model.to_dict(),
             "image_size": list(self.plan.image_size), "num_classes": self.plan.num_classes,
             "num_channels": self.plan.num_channels,
             "optimizer": rule_name(self.optimizer),
@@ -231,7 +226,7 @@ class Trainer:
         else:
             self.step, self.examples_seen = restored
         self._check_same_step()
-        return self.step >= self.recipe.steps and runs.is_finished(self.config.workdir, self.recipe.steps)
+        return self.step >= self.plan.steps and runs.is_finished(self.plan.config.workdir, self.plan.steps)
 
     def _check_same_step(self) -> None:
         """Every worker must resume at the same step: one that read another
@@ -250,40 +245,22 @@ class Trainer:
     def already_finished(self) -> dict:
         """The results of a run that already reached its steps, left as they are
         (one line says so); marked "already_finished"."""
-        finished = runs.read_results(self.config.workdir)
+        finished = runs.read_results(self.plan.config.workdir)
         if self.chief:
-            print(f"keras-vit train: the run in {self.config.workdir} already finished at step {self.step}; its "
+            print(f"keras-vit train: the run in {self.plan.config.workdir} already finished at step {self.step}; its "
                   f"results ({runs.RESULTS_FILE}) are left as they are. Raise {_console.either('--steps', 'steps')} "
                   f"to train further, or choose a new {_console.either('--workdir', 'workdir')}.", flush=True)
         finished["already_finished"] = True
         return finished
 
-    def resolved(self) -> dict:
-        """What actually runs, beside what was asked for (a recipe's None or a
-        dataset's size resolved), so that config.json and results.json say it."""
-        return {
-            "model": self.model_config.to_dict(), "classifier": self.model_config.classifier,
-            "image_size": list(self.plan.image_size), "num_classes": self.plan.num_classes,
-            "num_channels": self.plan.num_channels,
-            "strategy": resolve_name(self.config.strategy, self.config.tpu),
-            "num_replicas": self.strategy.num_replicas_in_sync, "jit_compile": self.jit_compile,
-            "steps_per_loop": self.steps_per_loop, "rematerialized_blocks": self.rematerialized_blocks,
-            "fused_gelu": self.fused_gelu, "shuffle": self.source.shuffle_kind,
-        }
-
-    @property
-    def steps_per_loop(self) -> int:
-        """Optimizer steps per host call: --steps-per-loop, else --log-every."""
-        return self.config.steps_per_loop or self.config.log_every
-
     def start_session(self) -> None:
         """Records the session (config.json, labels.txt, results.json "running"),
         opens the input streams and the progress display."""
-        config = self.config
+        config = self.plan.config
         self.session_start_step = self.step
         self.segments_before = runs.segments(config.workdir)
         self.segment = {"start_step": self.step, "started": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
-        settings = {**self.requested.to_dict(), "resolved": self.resolved(), "plan": self.plan.to_dict()}
+        settings = {**self.requested.to_dict(), "plan": self.plan.to_dict()}
         if self.resumed:
             previous_settings = runs.read_config(config.workdir)
             if previous_settings:
@@ -306,10 +283,8 @@ class Trainer:
         train = self.strategy.distribute_datasets_from_function(
             lambda ctx: data_lib.train_dataset(self.source, self.plan, ctx, self.examples_seen))
         self.train_iterator = iter(train)
-        self.eval_batch = self.plan.eval_batch
-        self.eval_steps = data_lib.eval_steps(self.source, self.eval_batch)
         self.eval_inputs = self.strategy.distribute_datasets_from_function(
-            lambda ctx: data_lib.eval_dataset(self.source, self.plan, self.eval_steps, ctx))
+            lambda ctx: data_lib.eval_dataset(self.source, self.plan, self.plan.eval_steps, ctx))
 
     # --- training -----------------------------------------------------------------------
 
@@ -323,24 +298,24 @@ class Trainer:
 
     def _fit(self) -> None:
         with _StopSignals() as stop_signals:
-            while self.step < self.recipe.steps:
+            while self.step < self.plan.steps:
                 self.run_loop(self._loop_length())
                 if self._stop_agreed(stop_signals):
                     self.checkpoint()
                     self._interrupted(stop_signals.signum)
-                if self.step % self.config.checkpoint_every == 0 or self.step == self.recipe.steps:
+                if self.step % self.plan.config.checkpoint_every == 0 or self.step == self.plan.steps:
                     self.checkpoint()
-                if self._at(self.config.eval_every) and self.step != self.recipe.steps:
+                if self._at(self.plan.config.eval_every) and self.step != self.plan.steps:
                     result = self.evaluate()
                     self.eval_history.append({"step": self.step, **result})
                     self.report.eval(self.step, result)
 
     def _loop_length(self) -> int:
         """Steps to the next boundary: the end, a checkpoint, an evaluation, or steps_per_loop."""
-        ends = [self.recipe.steps, _next_multiple(self.step, self.config.checkpoint_every)]
-        if self.config.eval_every:
-            ends.append(_next_multiple(self.step, self.config.eval_every))
-        return min(self.steps_per_loop, min(ends) - self.step)
+        ends = [self.plan.steps, _next_multiple(self.step, self.plan.config.checkpoint_every)]
+        if self.plan.config.eval_every:
+            ends.append(_next_multiple(self.step, self.plan.config.eval_every))
+        return min(self.plan.steps_per_loop, min(ends) - self.step)
 
     def _at(self, every: int) -> bool:
         return bool(every) and self.step % every == 0
@@ -349,11 +324,11 @@ class Trainer:
         """`num_steps` optimizer steps on the device, one host read; -> their logs."""
         self.timer.loop_begins()
         table = self._on_device(self.steps.run_loop, self.train_iterator, tf.constant(num_steps, tf.int32)).numpy()
-        self.timer.loop_done(num_steps * self.recipe.batch_size)
+        self.timer.loop_done(num_steps * self.plan.global_batch)
         logs = [self._step_logs(row) for row in table]
         for row_logs in logs:
             self.step += 1
-            self.examples_seen += self.recipe.batch_size
+            self.examples_seen += self.plan.global_batch
             if not math.isfinite(row_logs["loss"]):
                 raise NonFiniteLossError(
                     f"The training loss became {row_logs['loss']} at step {self.step}. Training stopped; the "
@@ -363,7 +338,7 @@ class Trainer:
                     f"re-running the command resumes from that checkpoint.")
             self.history.append(row_logs)
             _notify(self.callbacks, "on_step_end", self.step, row_logs)
-            if self._at(self.config.log_every) or self.step == self.recipe.steps:
+            if self._at(self.plan.config.log_every) or self.step == self.plan.steps:
                 self._log()
         self.report.advance(num_steps)
         return logs
@@ -385,7 +360,7 @@ class Trainer:
 
     def _step_logs(self, row) -> dict:
         figures = dict(zip(self.steps.columns, (float(v) for v in row)))
-        batch = self.recipe.batch_size
+        batch = self.plan.global_batch
         # Averages over the examples that count (weight > 0), as evaluation's:
         # the gradient alone is divided by the nominal batch (one all-reduce a step).
         count = max(figures["count"], 1e-9)
@@ -396,7 +371,7 @@ class Trainer:
         return logs
 
     def _log(self) -> None:
-        self.last_logs = {**_window(self.history, self.config),
+        self.last_logs = {**_window(self.history, self.plan.config),
                           "lr": self.history[-1]["lr"], "grad_norm": self.history[-1]["grad_norm"],
                           "images_per_sec": self.timer.images_per_sec()}
         self.report.train(self.step, self.last_logs)
@@ -411,7 +386,7 @@ class Trainer:
     def _interrupted(self, signum) -> None:
         signum = signum or signal.SIGTERM  # a worker told by another: SIGTERM
         if self.chief:
-            self.segment.update(end_step=self.step, ended="interrupted", train=_window(self.history, self.config))
+            self.segment.update(end_step=self.step, ended="interrupted", train=_window(self.history, self.plan.config))
             self._write_status("interrupted")
         what = "Ctrl-C" if signum == signal.SIGINT else signal.Signals(signum).name
         raise TrainingInterrupted(f"{what}: checkpoint of step {self.step} written to {self.manager.directory}; "
@@ -436,7 +411,7 @@ class Trainer:
             return self._evaluate_as_is()
 
     def _evaluate_as_is(self) -> dict:
-        totals = self._on_device(self.steps.eval_loop, iter(self.eval_inputs), tf.constant(self.eval_steps))
+        totals = self._on_device(self.steps.eval_loop, iter(self.eval_inputs), tf.constant(self.plan.eval_steps))
         totals = {k: float(v) for k, v in totals.items()}
         count = totals.pop("count")
         return {"num_examples": int(count), **{k: v / count for k, v in totals.items()}}
@@ -457,13 +432,12 @@ class Trainer:
             "eval": final, "eval_history": self.eval_history, "train": self.last_logs, "steps": self.step,
             "steps_this_session": self.step - self.session_start_step,
             "images_per_sec": self.timer.images_per_sec(), "wall_time_s": None,
-            "strategy": resolve_name(self.config.strategy, self.config.tpu),
-            "num_replicas": self.strategy.num_replicas_in_sync,
+            "strategy": self.plan.strategy, "num_replicas": self.plan.num_replicas,
             "num_params": int(sum(np.prod(v.shape) for v in self.model.trainable_variables)),
             "dataset": {"name": self.source.name, "num_classes": self.source.num_classes,
                         "sizes": self.source.sizes},
             "data_problems": data_lib.problems_seen(),
-            "config": self.requested.to_dict(), "resolved": self.resolved(), "plan": self.plan.to_dict(),
+            "config": self.requested.to_dict(), "plan": self.plan.to_dict(), "built": self.built,
             "status": "finished",
         }
         if self.chief:
@@ -474,19 +448,19 @@ class Trainer:
 
     def _write_model_and_results(self, results, final) -> None:
         exported = self.task.export_model(self.model)
-        if self.config.fewshot_shots:
+        if self.plan.config.fewshot_shots:
             results.update(self._few_shot(exported))
-        results["model_path"] = runs.save_model(self.config.workdir, exported)
+        results["model_path"] = runs.save_model(self.plan.config.workdir, exported)
         results["wall_time_s"] = time.time() - self.started
         self.segment.update(end_step=self.step, ended="finished", train=self.last_logs, eval=final,
                             images_per_sec=results["images_per_sec"], wall_time_s=results["wall_time_s"])
         results["segments"] = self.segments_before + [self.segment]
-        runs.write_results(self.config.workdir, results)
+        runs.write_results(self.plan.config.workdir, results)
 
     def _few_shot(self, exported) -> dict:
         out = {}
         feature_model = self.task.feature_model(exported)
-        args = (self.source, self.plan, self.eval_batch)
+        args = (self.source, self.plan, self.plan.eval_batch)
         if feature_model is not None:
             out["fewshot"] = reporting.few_shot(feature_model, *args)
         baseline = self.task.baseline_feature_model(exported)
@@ -495,72 +469,8 @@ class Trainer:
         return out
 
     def _write_status(self, status) -> None:
-        runs.write_results(self.config.workdir, {"status": status, "steps": self.step,
+        runs.write_results(self.plan.config.workdir, {"status": status, "steps": self.step,
                                                  "segments": self.segments_before + [self.segment]})
-
-
-# --- what to build ------------------------------------------------------------------------
-
-def resolve_model_config(config: TrainConfig, initial=None):
-    """The ViTConfig to build: the variant (or the `.keras` source's
-    architecture) with the run's patch size and position embedding and the
-    recipe's representation layer, classifier and regularisation."""
-    base = _base_model_config(config, initial)
-    if config.patch_size is not None and config.patch_size != base.patch_size:
-        if initial is not None:
-            raise UserError(f"{_console.argument('patch_size', config.patch_size)} differs from the pre-trained weights' "
-                            f"patch size {base.patch_size}.")
-        base = base.replace(patch_size=config.patch_size)
-    if config.position_embedding is not None and config.position_embedding != base.position_embedding:
-        if initial is not None:
-            raise UserError(f"{_console.argument('position_embedding', config.position_embedding)} differs from "
-                            f"the pre-trained weights' {base.position_embedding!r} ({initial.description}): drop "
-                            f"{_console.either('--position-embedding', 'position_embedding')}, or train from "
-                            f"scratch without {_console.either('--weights', 'weights')}.")
-        base = base.replace(position_embedding=config.position_embedding)
-    recipe = config.recipe
-    representation = (base.representation_size or base.hidden_size) if recipe.representation_layer else None
-    if initial is not None and initial.source_config is not None and base.representation_size is None:
-        # Weights with an architecture of their own (a checkpoint folder, a .keras run) and no
-        # representation layer: a pre-training recipe's would start untrained on trained features.
-        representation = None
-    # Pre-trained weights fix the classifier (a class token or not): a
-    # classifier chosen against them is an error, the recipe's default is not.
-    chosen = recipe.classifier
-    if initial is not None and chosen is not None and chosen != base.classifier:
-        named = RECIPES.get(recipe.name)
-        if named is None or named.classifier != chosen:
-            raise UserError(f"{_console.argument('classifier', chosen)} contradicts the pre-trained weights "
-                            f"({initial.description}), which use the {base.classifier!r} classifier: drop "
-                            f"{_console.either('--classifier', 'classifier')}, or train from scratch without "
-                            f"{_console.either('--weights', 'weights')}.")
-    return base.replace(
-        representation_size=representation,
-        classifier=(chosen or base.classifier) if initial is None else base.classifier,
-        dropout_rate=recipe.dropout_rate,
-        stochastic_depth_rate=recipe.stochastic_depth_rate,
-        patch_dropout=recipe.patch_dropout,
-    )
-
-
-def _base_model_config(config, initial):
-    """The variant named by --model, or the architecture of the weights (which must agree)."""
-    if config.model is None:
-        if initial is None or initial.source_config is None:
-            raise UserError(f"Name a model ({_console.argument('model', 'B/16')}, for example), unless "
-                            f"{_console.either('--weights', 'weights')} is a .keras file or a workdir.")
-        return initial.source_config
-    base = get_variant(config.model)
-    source = initial.source_config if initial is not None else None
-    if source is None:
-        return base
-    # A .keras model or workdir: its architecture is what loads.
-    sizes = ("hidden_size", "num_layers", "num_heads", "mlp_dim")
-    if any(getattr(source, k) != getattr(base, k) for k in sizes) or (source.resnet is None) != (base.resnet is None):
-        raise UserError(f"{_console.argument('model', config.model)} does not match the architecture of the "
-                        f"weights ({initial.description}): leave {_console.either('--model', 'model')} out to take "
-                        f"the weights' own.")
-    return source
 
 
 def _next_multiple(step, every):
