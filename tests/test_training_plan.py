@@ -199,11 +199,34 @@ def test_the_classifier_is_the_users_else_the_recipes_from_scratch_and_pre_train
 def test_the_plan_holds_what_the_trainer_reads(tmp_path):
     """Evaluation steps, steps per host loop, the strategy and the shuffle are
     the plan's, and config.json holds the settings as given and the plan once."""
-    config = tiny_config(tmp_path / "run", steps=2, log_every=3, eval_batch_size=300)
-    plan = plan_lib.resolve(config, data_lib.open_source(config))
-    assert (plan.eval_steps, plan.steps_per_loop, plan.strategy, plan.shuffle) == (4, 3, "default", "permutation")
+    import tensorflow as tf
+
+    config = tiny_config(tmp_path / "run", steps=2, log_every=3, eval_batch_size=300, strategy="auto")
+    plan = plan_lib.resolve(config, data_lib.open_source(config), strategy="one_device")
+    assert (plan.eval_steps, plan.steps_per_loop, plan.strategy, plan.shuffle) == (4, 3, "one_device", "permutation")
     assert plan_lib.resolve(config.replace(steps_per_loop=5), data_lib.open_source(config)).steps_per_loop == 5
+    pixels = tf.data.Dataset.from_tensor_slices((np.zeros((20, 8, 8, 1), np.uint8), np.arange(20) % 2))
+    assert plan_lib.resolve(config.replace(image_size=8, model=TINY.replace(patch_size=4)),
+                            data_lib.open_source(config, pixels)).shuffle == "buffer"
     train(config)
     written = json.loads((tmp_path / "run" / "config.json").read_text())
     assert "resolved" not in written and written["plan"]["eval_steps"] == 4
+    # "auto" resolved by the trainer: one CPU, no GPU
+    assert (written["plan"]["strategy"], written["plan"]["steps_per_loop"]) == ("one_device", 3)
     assert {k: v for k, v in written.items() if k != "plan"} == json.loads(json.dumps(config.to_dict()))
+
+
+def test_a_classifier_chosen_in_a_run_written_before_its_field_existed_is_read_as_the_users():
+    """Runs written before #38 kept a user's --classifier in the recipe: resumed, the
+    settings read as given, and no change is recorded for an unchanged command."""
+    from keras_vit import runs
+    from keras_vit.training.config import upgraded
+
+    now = TrainConfig.create("scratch", model="Mu/4", classifier="token").to_dict()
+    before = {k: v for k, v in now.items() if k != "classifier"}
+    before["recipe"] = {**now["recipe"], "classifier": "token"}  # scratch's own is "gap"
+    read = TrainConfig.from_dict(before)
+    assert (read.classifier, read.recipe.classifier) == ("token", "gap")
+    assert runs.changed_settings(upgraded(before), now) == {}
+    untouched = {k: v for k, v in TrainConfig.create("scratch", model="Mu/4").to_dict().items() if k != "classifier"}
+    assert TrainConfig.from_dict(untouched).classifier is None

@@ -496,8 +496,21 @@ class TrainConfig:
 
     @classmethod
     def from_dict(cls, d: dict) -> "TrainConfig":
-        """The config `to_dict` wrote."""
-        return cls(**d)
+        """The config `to_dict` wrote (of this version or an earlier one: `upgraded`)."""
+        return cls(**upgraded(d))
+
+
+def upgraded(settings: dict) -> dict:
+    """config.json's settings as this version writes them. In runs written before #38 a
+    user's --classifier was written into the recipe: where the recipe's differs
+    from its table's, it was the user's, and moves to TrainConfig.classifier."""
+    recipe = settings.get("recipe")
+    if "classifier" in settings or not isinstance(recipe, dict) or recipe.get("name") not in RECIPES:
+        return settings
+    own = RECIPES[recipe["name"]].classifier
+    if recipe.get("classifier", own) == own:
+        return {**settings, "classifier": None}
+    return {**settings, "classifier": recipe["classifier"], "recipe": {**recipe, "classifier": own}}
 
 
 def demo_config(workdir: str = "runs/demo", **overrides) -> TrainConfig:

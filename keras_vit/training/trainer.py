@@ -32,7 +32,7 @@ from keras_vit.training import memory as memory_lib
 from keras_vit.training import plan as plan_lib
 from keras_vit.training import reporting
 from keras_vit.training.checkpointing import CheckpointManager
-from keras_vit.training.config import TrainConfig
+from keras_vit.training.config import TrainConfig, upgraded
 from keras_vit.training.optimization import averaged_weights, make_optimizer, rule_name
 from keras_vit.training.steps import CompiledSteps, resolve_jit_compile
 from keras_vit.training.strategies import is_chief, make_strategy, resolve_name
@@ -129,6 +129,7 @@ class Trainer:
         keras.utils.set_random_seed(config.seed)
         self.chief = is_chief(self.strategy)
         self.initial = resolve_weights(config.weights)
+        plan_lib.model_config(config, self.initial)  # its refusals (--patch-size against the weights...) before the data opens
         shard = self._input_shard()
         self.source = data_lib.open_source(config, self.dataset, shard=shard)
         self.task = self.task or make_task(config)
@@ -262,7 +263,7 @@ class Trainer:
         self.segment = {"start_step": self.step, "started": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
         settings = {**self.requested.to_dict(), "plan": self.plan.to_dict()}
         if self.resumed:
-            previous_settings = runs.read_config(config.workdir)
+            previous_settings = upgraded(runs.read_config(config.workdir))
             if previous_settings:
                 self.segment["changed"] = runs.changed_settings(previous_settings, settings)
             if self.segments_before and "end_step" not in self.segments_before[-1]:
