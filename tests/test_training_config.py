@@ -182,3 +182,15 @@ def test_the_default_step_compiler_is_the_measured_faster_one(precision, given, 
     assert not tf.config.list_logical_devices("GPU")  # this suite runs on CPUs (CI has no GPU)
     config = TrainConfig.create("scratch", model="Mu/4", workdir="w", precision=precision, jit_compile=given)
     assert resolve_jit_compile(config, tf.distribute.get_strategy()) is expected
+
+
+def test_an_unset_flag_is_its_fields_default_and_every_field_has_a_flag():
+    """#38 item 8: the defaults live in TrainConfig alone (the command line used to retype 16 of them)."""
+    parser = argparse.ArgumentParser()
+    cli.add_arguments(parser)
+    assert cli.config_from_args(parser.parse_args(["--workdir", "w"])) == TrainConfig(workdir="w")
+    help_text = " ".join(parser.format_help().split())
+    spelled = {"jit_compile": "--no-jit", "progress": "--no-progress"}
+    for field in dataclasses.fields(TrainConfig):
+        assert spelled.get(field.name, "--" + field.name.replace("_", "-")) in help_text, field.name
+    assert "(default: 1000)" in help_text and "(default: finetune)" in help_text  # --checkpoint-every, --recipe

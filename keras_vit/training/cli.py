@@ -12,6 +12,7 @@ second Ctrl-C aborts at once. Re-running a finished run leaves its results alone
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 
@@ -108,50 +109,52 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                           "--weights fix their own)")
     run.add_argument("--weights", help="initial weights: checkpoint name (imagenet21k, ...), official .npz, "
                                        ".keras file or training workdir (encoder transferred, new head)")
-    run.add_argument("--dataset", default="mnist5k",
+    run.add_argument("--dataset",
                      help="mnist5k (bundled) | tfds:NAME or tfds:DATA_DIR/NAME/VERSION | folder:PATH | "
-                          "list:TRAIN.csv[,EVAL.csv] (path,label rows; or .json) | tfrecord:DIR (default: mnist5k)")
+                          "list:TRAIN.csv[,EVAL.csv] (path,label rows; or .json) | tfrecord:DIR (default: %(default)s)")
     run.add_argument("--data-dir", help="tfds data directory")
     run.add_argument("--num-classes", type=positive_int, help="class count for tfrecord: without labels.txt")
-    run.add_argument("--train-split", default="train", help="tfds training split (default: train)")
+    run.add_argument("--train-split", help="tfds training split (default: %(default)s)")
     run.add_argument("--eval-split", help="tfds evaluation split (default: validation, else test)")
     run.add_argument("--workdir", required=True, help="checkpoints, TensorBoard logs, model.keras, results.json")
-    run.add_argument("--recipe", default="finetune", choices=sorted(config_lib.RECIPES),
-                     help="named defaults (default: finetune)")
-    run.add_argument("--strategy", default="auto", choices=config_lib.STRATEGIES,
-                     help="tf.distribute strategy (multi_worker reads TF_CONFIG)")
+    run.add_argument("--recipe", choices=sorted(config_lib.RECIPES), help="named defaults (default: %(default)s)")
+    run.add_argument("--strategy", choices=config_lib.STRATEGIES,
+                     help="tf.distribute strategy (multi_worker reads TF_CONFIG; default: %(default)s)")
     run.add_argument("--tpu", help="TPU name/address for TPUClusterResolver ('' = local TPU VM)")
-    run.add_argument("--precision", default="float32", choices=config_lib.PRECISIONS)
-    run.add_argument("--accum-steps", type=positive_int, default=1, help="gradient accumulation micro-steps")
+    run.add_argument("--precision", choices=config_lib.PRECISIONS, help="(default: %(default)s)")
+    run.add_argument("--accum-steps", type=positive_int, help="gradient accumulation micro-steps (default: %(default)s)")
     jit = run.add_mutually_exclusive_group()
-    jit.add_argument("--jit", dest="jit_compile", action="store_true", default=None,
+    jit.add_argument("--jit", dest="jit_compile", action="store_true",
                      help="XLA-compile the step (default: XLA, except mixed_bfloat16 on a CPU, where oneDNN is faster)")
     jit.add_argument("--no-jit", dest="jit_compile", action="store_false", help="do not XLA-compile the step")
     run.add_argument("--remat", action="store_true",
                      help="recompute each encoder block's activations in the backward pass: less memory "
                           "(L/16 at batch 8: 39%% less) for more time per step (1.2-1.3x)")
-    run.add_argument("--seed", type=int, default=0)
+    run.add_argument("--seed", type=int, help="(default: %(default)s)")
     run.add_argument("--deterministic", action="store_true", help="tf.config.experimental.enable_op_determinism()")
-    run.add_argument("--checkpoint-every", type=positive_int, default=1000, help="steps between checkpoints")
-    run.add_argument("--keep-checkpoints", type=positive_int, default=2)
-    run.add_argument("--eval-every", type=non_negative_int, default=0, help="steps between evaluations (0: at the end only)")
+    run.add_argument("--checkpoint-every", type=positive_int, help="steps between checkpoints (default: %(default)s)")
+    run.add_argument("--keep-checkpoints", type=positive_int, help="(default: %(default)s)")
+    run.add_argument("--eval-every", type=non_negative_int,
+                     help="steps between evaluations (0: at the end only; default: %(default)s)")
     run.add_argument("--eval-batch-size", type=positive_int)
-    run.add_argument("--log-every", type=positive_int, default=10, help="steps between progress/TensorBoard updates")
-    run.add_argument("--steps-per-loop", type=positive_int, default=None,
+    run.add_argument("--log-every", type=positive_int,
+                     help="steps between progress/TensorBoard updates (default: %(default)s)")
+    run.add_argument("--steps-per-loop", type=positive_int,
                      help="optimizer steps per call into the device; figures are read once per loop "
                           "(default: --log-every). A loop boundary is also every checkpoint, evaluation and "
                           "the last step; Ctrl-C or SIGTERM finishes the loop in flight, writes a checkpoint "
                           "and stops")
-    run.add_argument("--shuffle-buffer", type=positive_int, default=10_000,
+    run.add_argument("--shuffle-buffer", type=positive_int,
                      help="examples held for shuffling record streams (TFRecord, tfds without random "
-                          "access); folders, lists and arrays are shuffled whole every epoch whatever its size")
-    run.add_argument("--fewshot-shots", type=_shots, default=(),
+                          "access); folders, lists and arrays are shuffled whole every epoch whatever its size "
+                          "(default: %(default)s)")
+    run.add_argument("--fewshot-shots", type=_shots,
                      help="few-shot linear evaluation at the end, e.g. 1,5,10,25")
-    run.add_argument("--fewshot-l2", type=float, default=1.0)
-    run.add_argument("--fewshot-pool", type=positive_int, default=10_000)
-    run.add_argument("--task", default="classification",
+    run.add_argument("--fewshot-l2", type=float, help="(default: %(default)s)")
+    run.add_argument("--fewshot-pool", type=positive_int, help="(default: %(default)s)")
+    run.add_argument("--task",
                      help="what is learned: classification | masked_patch (keras_vit.training.tasks.TASKS; "
-                          "default: classification, or the recipe's task: --recipe masked_patch picks masked_patch)")
+                          "default: %(default)s, or the recipe's task: --recipe masked_patch picks masked_patch)")
     run.add_argument("--no-progress", dest="progress", action="store_false",
                      help="no progress bars (for logs and CI); what runs and the evaluations are still printed")
     data = parser.add_argument_group("data checks")
@@ -171,6 +174,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         kind = types.get(field, default_type)
         recipe.add_argument("--" + field.replace("_", "-"), type=kind, default=argparse.SUPPRESS,
                             help=_RECIPE_HELP[field])
+    # Every run flag's default is its TrainConfig field's (written once, in the dataclass); a recipe
+    # flag left out keeps the recipe's value (SUPPRESS above).
+    parser.set_defaults(**field_defaults())
+
+
+def field_defaults() -> dict:
+    """{TrainConfig field: its default}, the recipe by name: what an unset flag means."""
+    defaults = {f.name: f.default for f in dataclasses.fields(config_lib.TrainConfig)
+                if f.default is not dataclasses.MISSING}
+    defaults["recipe"] = defaults["recipe"].name
+    return defaults
 
 
 def config_from_args(args) -> config_lib.TrainConfig:
