@@ -28,7 +28,6 @@ from __future__ import annotations
 import dataclasses
 import io
 import os
-import sys
 import threading
 from typing import Callable, List, Optional, Tuple
 
@@ -37,6 +36,7 @@ import tensorflow as tf
 
 from keras_vit import images as images_lib
 from keras_vit import _console, errors, mnist5k, storage
+from keras_vit._console import warn  # data warnings: one line each on stderr, as every keras-vit warning
 from keras_vit.errors import UserError
 
 AUTOTUNE = tf.data.AUTOTUNE
@@ -80,11 +80,6 @@ class Source:
         if total is None:
             return None
         return total // count + (1 if index < total % count else 0)
-
-
-def warn(message):
-    """Data warnings go to stderr as one line each (the run goes on)."""
-    print(f"keras-vit: warning: {message}", file=sys.stderr, flush=True)
 
 
 def _table_source(splits: dict, **fields) -> Source:
