@@ -8,7 +8,7 @@ Seconds per optimizer step (medians over the same rounds, float32, XLA) of:
   run_loop jpeg       Trainer.run_loop(10) on a JPEG folder (bench.py's "train() loop 10")
   run_loop memory     Trainer.run_loop(10) on in-memory 224x224 arrays, no augmentation:
                       the same loop without JPEG decoding and cropping beside it
-  local_gradients     trainer.steps.local_gradients(batch) alone (forward, loss and
+  local_gradients     trainer.compiled.local_gradients(batch) alone (forward, loss and
                       metrics, backward; XLA), one fixed batch
   update              the trainer's update alone (global-norm clipping, AdamW; XLA), fixed grads
   whole step          local_gradients then update as ONE XLA program (what
@@ -56,7 +56,7 @@ def parts(variant, size, batch, scratch, fit_steps=2, loop=10):
               np.arange(4 * batch) % 10)
     memory = TrainerLoop(config("memory").replace(train_augment="none"), loop, dataset=arrays)
 
-    steps = jpeg.trainer.steps
+    steps = jpeg.trainer.compiled
     batch_ = {"image": tf.constant(_random_images(batch, size)), "label": tf.constant(np.arange(batch) % 10, tf.int32),
               "weight": tf.ones((batch,))}
     strategy = jpeg.trainer.strategy

@@ -8,24 +8,17 @@ from __future__ import annotations
 import dataclasses
 import os
 import re
-from typing import List
 
 import keras
 
 from keras_vit.errors import UserError
 
 
-@dataclasses.dataclass
-class Source:
-    model: keras.Model
-    labels: List[str]
-    name: str
-    description: str
-
-
 def resolve(model_or_path, *, weights=None, image_size=None, num_classes=None, num_channels=None,
-            labels=None, name=None, dynamic_image_size=False) -> Source:
-    """The model to export, its labels and a name.
+            labels=None, name=None, dynamic_image_size=False):
+    """The model to export, its labels and a name: a keras_vit.model_source.ModelSource
+    whose labels are always given ("0".."N-1" where none are known) and whose name is
+    safe as a file name.
 
     Args:
         model_or_path: a keras.Model; anything keras_vit.model_source opens
@@ -67,7 +60,7 @@ def resolve(model_or_path, *, weights=None, image_size=None, num_classes=None, n
     _check_model(opened.model)
     num_outputs = int(opened.model.outputs[0].shape[-1])
     names = runs.default_labels(num_outputs) if opened.labels is None else opened.labels
-    return Source(opened.model, names, _safe_name(name or opened.name), opened.description)
+    return dataclasses.replace(opened, labels=names, name=_safe_name(name or opened.name))
 
 
 def _variant_name(text, variants, canonical_name):

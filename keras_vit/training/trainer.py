@@ -147,7 +147,7 @@ class Trainer:
                   f"weights take {self.initial.num_channels}: images are converted.", flush=True)
         self._check_memory()
         self._build_model()
-        self.steps = CompiledSteps(self.strategy, self.model, self.optimizer, self.task, self.plan)
+        self.compiled = CompiledSteps(self.strategy, self.model, self.optimizer, self.task, self.plan)
         self.manager = CheckpointManager(config.workdir, self._fingerprint(), write=self.chief,
                                          keep=config.keep_checkpoints)
 
@@ -234,7 +234,7 @@ class Trainer:
         checkpoint (a workdir not shared, a copy behind) would train another run."""
         if not isinstance(self.strategy, tf.distribute.MultiWorkerMirroredStrategy):
             return
-        total, squares = (float(v) for v in self.steps.step_sums(tf.constant(float(self.step), tf.float64)))
+        total, squares = (float(v) for v in self.compiled.step_sums(tf.constant(float(self.step), tf.float64)))
         replicas = self.strategy.num_replicas_in_sync
         if replicas * squares != total * total:
             raise CannotContinue(
@@ -324,7 +324,7 @@ class Trainer:
     def run_loop(self, num_steps: int) -> List[dict]:
         """`num_steps` optimizer steps on the device, one host read; -> their logs."""
         self.timer.loop_begins()
-        table = self._on_device(self.steps.run_loop, self.train_iterator, tf.constant(num_steps, tf.int32)).numpy()
+        table = self._on_device(self.compiled.run_loop, self.train_iterator, tf.constant(num_steps, tf.int32)).numpy()
         self.timer.loop_done(num_steps * self.plan.global_batch)
         logs = [self._step_logs(row) for row in table]
         for row_logs in logs:
@@ -360,7 +360,7 @@ class Trainer:
             raise UserError(message) from None
 
     def _step_logs(self, row) -> dict:
-        figures = dict(zip(self.steps.columns, (float(v) for v in row)))
+        figures = dict(zip(self.compiled.columns, (float(v) for v in row)))
         batch = self.plan.global_batch
         # Averages over the examples that count (weight > 0), as evaluation's:
         # the gradient alone is divided by the nominal batch (one all-reduce a step).
@@ -382,7 +382,7 @@ class Trainer:
         where there are several workers, the local flag otherwise."""
         if not isinstance(self.strategy, tf.distribute.MultiWorkerMirroredStrategy):
             return stop_signals.raised
-        return float(self.steps.agree_to_stop(tf.constant(float(stop_signals.raised)))) > 0
+        return float(self.compiled.agree_to_stop(tf.constant(float(stop_signals.raised)))) > 0
 
     def _interrupted(self, signum) -> None:
         signum = signum or signal.SIGTERM  # a worker told by another: SIGTERM
@@ -412,7 +412,7 @@ class Trainer:
             return self._evaluate_as_is()
 
     def _evaluate_as_is(self) -> dict:
-        totals = self._on_device(self.steps.eval_loop, iter(self.eval_inputs), tf.constant(self.plan.eval_steps))
+        totals = self._on_device(self.compiled.eval_loop, iter(self.eval_inputs), tf.constant(self.plan.eval_steps))
         totals = {k: float(v) for k, v in totals.items()}
         count = totals.pop("count")
         return {"num_examples": int(count), **{k: v / count for k, v in totals.items()}}
