@@ -301,9 +301,9 @@ class ViT(keras.Model):
 
     @property
     def num_prefix_tokens(self) -> int:
-        """Tokens before the patch grid in the encoder's sequence: 1 (the class
-        token) for classifier="token", 0 for "gap" (`prefix_tokens_of`)."""
-        return prefix_tokens_of(self.config)
+        """Tokens before the patch grid in the encoder's sequence (the class and
+        distillation tokens, registers): the config's rule, ViTConfig.num_prefix_tokens."""
+        return self.config.num_prefix_tokens
 
     @property
     def output_activation(self):
@@ -765,12 +765,6 @@ def block_indices(num_layers, indices=None):
                             f"or negative from the end).")
         chosen.append(int(index) % num_layers)
     return sorted(set(chosen))
-
-
-def prefix_tokens_of(config: ViTConfig) -> int:
-    """The one rule for the tokens before the patch grid (ViTConfig.num_prefix_tokens):
-    class token, distillation token, registers (`ViT.num_prefix_tokens`)."""
-    return config.num_prefix_tokens
 
 
 def activation_name(activation):
