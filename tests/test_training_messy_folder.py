@@ -93,10 +93,12 @@ def test_a_file_that_breaks_after_the_check_weighs_nothing_and_is_counted(messy,
     config = _config(root, batch_size=22, train_augment="none")
     batch = next(iter(data_lib.train_dataset(source, plan_of(source, *pipeline, config=config), tf.distribute.InputContext(), 0)))
     assert sorted(batch["weight"].numpy().tolist()) == [0.0] + [1.0] * 21  # one epoch: the file once, weight 0
-    assert data_lib.problems_seen()["undecodable_files"] == 6 + 1  # left out before training, and this one
-    assert str(victim) in data_lib.problems_seen()["files"]
+    assert source.problems.summary()["undecodable_files"] == 6 + 1  # left out before training, and this one
+    assert str(victim) in source.problems.summary()["files"]
     warnings = [line for line in capsys.readouterr().err.splitlines() if "cannot be decoded" in line]
     assert len(warnings) == 1 and str(victim) in warnings[0] and "--strict-data" in warnings[0]
+    data_lib.open_source(_config(messy[0]))  # another source, as an export's data would be
+    assert source.problems.summary()["undecodable_files"] == 6 + 1  # this one's count stays (#38 item 8)
 
 
 def test_strict_data_stops_at_a_file_that_breaks_after_the_check(messy, tmp_path):

@@ -24,12 +24,12 @@ from keras_vit.training import augment as augment_lib
 from keras_vit.training import stream as stream_lib
 # The data API callers know by this module's name.
 from keras_vit.training.sources import (  # noqa: F401
-    HELD_OUT_EVERY, Source, load_mnist5k, mnist5k_path, open_source, problems_seen, read_mnist5k, strict_failure,
+    HELD_OUT_EVERY, Source, load_mnist5k, mnist5k_path, open_source, read_mnist5k, strict_failure,
     warn)
 from keras_vit.training.stream import check_stream_mixing  # noqa: F401
 
 __all__ = ["HELD_OUT_EVERY", "Source", "check_stream_mixing", "eval_dataset", "eval_steps", "load_mnist5k",
-           "mnist5k_path", "model_pixels", "open_source", "plain_dataset", "problems_seen", "read_mnist5k",
+           "mnist5k_path", "model_pixels", "open_source", "plain_dataset", "read_mnist5k",
            "strict_failure", "train_dataset", "warn"]
 
 AUTOTUNE = tf.data.AUTOTUNE

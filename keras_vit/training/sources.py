@@ -72,6 +72,7 @@ class Source:
     shuffle_kind: str = "permutation"
     class_names: Optional[List[str]] = None
     shard_sizes: Optional[Callable[[str, int, int], Optional[int]]] = None
+    problems: "DecodeProblems" = dataclasses.field(default_factory=lambda: DecodeProblems())  # files that failed
 
     def shard_size(self, split, index, count):
         if self.shard_sizes is not None:
@@ -129,17 +130,15 @@ def _decoded(raw):
 
 # --- files that fail to decode -----------------------------------------------
 
-class _Problems:
-    """The image files that failed to decode in this process (a warning names
-    each once); --strict-data makes the first one an error instead."""
+class DecodeProblems:
+    """The image files of one source that failed to decode (a warning names
+    each once); --strict-data makes the first one an error instead. Each
+    Source holds its own (Source.problems): opening another source, in the
+    same process, leaves this one's count as it was."""
 
     def __init__(self):
-        self.lock = threading.Lock()
+        self.lock = threading.Lock()  # decoders run in tf.data's threads
         self.failed = {}
-
-    def clear(self):
-        with self.lock:
-            self.failed = {}
 
     def report(self, where, reason, strict):
         message = f"{where} cannot be decoded ({reason})"
@@ -160,9 +159,6 @@ class _Problems:
             return {"undecodable_files": len(self.failed), "files": dict(sorted(self.failed.items())[:100])}
 
 
-_PROBLEMS = _Problems()
-
-
 _STRICT_MARK = "drop --strict-data to leave such files out."
 
 
@@ -174,12 +170,7 @@ def strict_failure(error) -> Optional[str]:
     return None
 
 
-def problems_seen() -> dict:
-    """{"undecodable_files": N, "files": {name: reason}} for results.json (this process)."""
-    return _PROBLEMS.summary()
-
-
-def _pillow_decoder(channels, from_path, name, strict):
+def _pillow_decoder(channels, from_path, name, strict, problems: DecodeProblems):
     """Decodes (file path or encoded bytes, label) with keras_vit.images.decode,
     in the tf.data map (parallel: Pillow decodes without the GIL), so training
     sees the pixels predict, inspect and export see. A file that fails gives
@@ -191,7 +182,7 @@ def _pillow_decoder(channels, from_path, name, strict):
         except Exception as error:  # noqa: BLE001 - every decoder error makes the file unreadable
             where = os.fsdecode(value) if from_path else f"an encoded image of class {int(label)} in {name}"
             reason = images_lib.unreadable_reason(os.fsdecode(value), error) if from_path else str(error)
-            _PROBLEMS.report(where, reason, strict)
+            problems.report(where, reason, strict)
             return np.zeros((8, 8, channels), np.uint8), False
 
     @tf.autograph.experimental.do_not_convert
@@ -221,7 +212,7 @@ def _held_out(files_by_class):
     return train, held
 
 
-def _file_source(config, name, classes, train_files, eval_files) -> Source:
+def _file_source(config, name, classes, train_files, eval_files, problems) -> Source:
     """A Source over image files: {class: [path]} for the train and eval splits."""
     splits = {}
     for split, files in (("train", train_files), ("eval", eval_files)):
@@ -230,10 +221,11 @@ def _file_source(config, name, classes, train_files, eval_files) -> Source:
                          np.array([label for _, label in pairs], np.int32))
     return _table_source(
         splits, name=name, num_classes=len(classes), num_channels=3, image_size=None, train_split="train",
-        eval_split="eval", decode=_pillow_decoder(3, True, name, config.strict_data), class_names=list(classes))
+        eval_split="eval", decode=_pillow_decoder(3, True, name, config.strict_data, problems),
+        class_names=list(classes), problems=problems)
 
 
-def _leave_out_unreadable(config, name, files_by_split, shard):
+def _leave_out_unreadable(config, name, files_by_split, shard, problems):
     """The cheap check before training: each file's size and header (not its
     pixels). Failures are named in one warning and left out (an error with
     --strict-data). With several input pipelines nothing is checked here:
@@ -252,7 +244,7 @@ def _leave_out_unreadable(config, name, files_by_split, shard):
         raise UserError(f"{message}. Remove or repair them, or drop --strict-data (strict_data) to leave them out.")
     warn(f"{message}. They are left out (--strict-data, or strict_data=True in Python, stops instead).")
     for path, reason in bad:
-        _PROBLEMS.record(path, reason)
+        problems.record(path, reason)
     bad_paths = {p for p, _ in bad}
     return [{c: [f for f in fs if f not in bad_paths] for c, fs in files.items()} for files in files_by_split]
 
@@ -289,7 +281,7 @@ def _check_classes(config, name, classes, train_files, where=None, numbered=Fals
 def _folder_source(config, root, shard) -> Source:
     if not storage.isdir(root):
         raise UserError(f"folder:{root}: no such directory.")
-    name = f"folder:{root}"
+    name, problems = f"folder:{root}", DecodeProblems()
     train_dir = storage.join(root, "train")
     eval_dir = next((storage.join(root, n) for n in EVAL_SPLIT_NAMES if storage.isdir(storage.join(root, n))), None)
 
@@ -302,15 +294,15 @@ def _folder_source(config, root, shard) -> Source:
         eval_classes, eval_files = listing(eval_dir)
         if eval_classes != classes:
             raise UserError(f"{name}: train/ and {storage.basename(eval_dir)}/ have different classes.")
-        train_files, eval_files = _leave_out_unreadable(config, name, [train_files, eval_files], shard)
+        train_files, eval_files = _leave_out_unreadable(config, name, [train_files, eval_files], shard, problems)
         where = train_dir
     else:
         classes, all_files = listing(root)
-        (all_files,) = _leave_out_unreadable(config, name, [all_files], shard)
+        (all_files,) = _leave_out_unreadable(config, name, [all_files], shard, problems)
         train_files, eval_files = _held_out(all_files)
         where = root
     classes = _check_classes(config, name, classes, train_files, where)
-    return _file_source(config, name, classes, train_files, eval_files)
+    return _file_source(config, name, classes, train_files, eval_files, problems)
 
 
 def _read_list(path):
@@ -362,7 +354,7 @@ def _list_classes(labels):
 def _list_source(config, spec, shard) -> Source:
     """list:TRAIN[,EVAL]: CSV/JSON lists of (image path, label); without EVAL, every
     10th image of each class is held out."""
-    name = f"list:{spec}"
+    name, problems = f"list:{spec}", DecodeProblems()
     files = spec.split(",")
     if len(files) > 2:
         raise UserError(f"{name}: give list:TRAIN or list:TRAIN,EVAL.")
@@ -377,12 +369,12 @@ def _list_source(config, spec, shard) -> Source:
 
     if len(rows) == 2:
         train_files, eval_files = _leave_out_unreadable(config, name, [by_class(rows[0]), by_class(rows[1])],
-                                                     shard)
+                                                        shard, problems)
     else:
-        (all_files,) = _leave_out_unreadable(config, name, [by_class(rows[0])], shard)
+        (all_files,) = _leave_out_unreadable(config, name, [by_class(rows[0])], shard, problems)
         train_files, eval_files = _held_out(all_files)
     classes = _check_classes(config, name, classes, train_files, numbered=numbered)
-    return _file_source(config, name, classes, train_files, eval_files)
+    return _file_source(config, name, classes, train_files, eval_files, problems)
 
 
 def _record_files_source(files: dict, parse, **fields) -> Source:
@@ -459,11 +451,11 @@ def _tfrecord_source(config, root) -> Source:
 
     # The evaluation split is counted once: every worker must run as many eval steps.
     eval_size = int(tf.data.TFRecordDataset(eval_files).reduce(np.int64(0), lambda n, _: n + 1))
-    name = f"tfrecord:{root}"
+    name, problems = f"tfrecord:{root}", DecodeProblems()
     source = _record_files_source(
         {"train": [(f, 0, -1, None) for f in train_files], "eval": [(f, 0, -1, None) for f in eval_files]},
         parse, name=name, num_classes=int(num_classes), num_channels=3, image_size=None, train_split="train",
-        eval_split="eval", decode=_pillow_decoder(3, False, name, config.strict_data),
+        eval_split="eval", decode=_pillow_decoder(3, False, name, config.strict_data, problems), problems=problems,
         class_names=class_names if class_names and len(class_names) == int(num_classes) else None)
     source.sizes["eval"] = eval_size
     return source
@@ -517,10 +509,11 @@ def _tfds_source(config, name) -> Source:
     channels = shape[-1] or 3
     size = tuple(shape[:2]) if None not in shape[:2] else None
     label_feature = info.features[label_key]
+    problems = DecodeProblems()
     fields = dict(name=f"tfds:{name}", num_classes=label_feature.num_classes, num_channels=channels,
                   image_size=size, train_split=config.train_split, eval_split=eval_split,
-                  decode=_pillow_decoder(channels, False, f"tfds:{name}", config.strict_data),
-                  class_names=list(label_feature.names))
+                  decode=_pillow_decoder(channels, False, f"tfds:{name}", config.strict_data, problems),
+                  class_names=list(label_feature.names), problems=problems)
     if str(getattr(info, "file_format", "tfrecord")).lower().endswith("tfrecord"):
         def parse(record):
             example = info.features.deserialize_example(record, decoders={image_key: tfds.decode.SkipDecoding()})
@@ -677,14 +670,15 @@ def _keras_directory_source(config, train, held, shard) -> Source:
             grouped[parent].append(path)
         return grouped
 
-    name = "image_dataset_from_directory"
+    name, problems = "image_dataset_from_directory", DecodeProblems()
     if held is not None:
-        train_files, eval_files = _leave_out_unreadable(config, name, [by_class(train), by_class(held)], shard)
+        train_files, eval_files = _leave_out_unreadable(config, name, [by_class(train), by_class(held)], shard,
+                                                        problems)
     else:
-        (all_files,) = _leave_out_unreadable(config, name, [by_class(train)], shard)
+        (all_files,) = _leave_out_unreadable(config, name, [by_class(train)], shard, problems)
         train_files, eval_files = _held_out(all_files)
     classes = _check_classes(config, name, classes, train_files)
-    return _file_source(config, name, classes, train_files, eval_files)
+    return _file_source(config, name, classes, train_files, eval_files, problems)
 
 
 def open_source(config, dataset=None, shard=(0, 1)) -> Source:
@@ -712,7 +706,6 @@ def open_source(config, dataset=None, shard=(0, 1)) -> Source:
     when a tf.data.Dataset yields the same elements in the same order on
     every pass (no unseeded shuffle inside it).
     """
-    _PROBLEMS.clear()
     if dataset is not None:
         return _object_source(config, dataset, shard)
     spec = config.dataset

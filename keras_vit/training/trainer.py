@@ -437,7 +437,7 @@ class Trainer:
             "num_params": int(sum(np.prod(v.shape) for v in self.model.trainable_variables)),
             "dataset": {"name": self.source.name, "num_classes": self.source.num_classes,
                         "sizes": self.source.sizes},
-            "data_problems": data_lib.problems_seen(),
+            "data_problems": self.source.problems.summary(),
             "config": self.requested.to_dict(), "plan": self.plan.to_dict(), "built": self.built,
             "status": "finished",
         }
