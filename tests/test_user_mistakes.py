@@ -232,7 +232,7 @@ def test_a_mistyped_weights_name_from_python_is_named_in_pythons_words(tmp_path)
 
 
 def test_a_class_too_small_for_a_held_out_image_is_named_not_silently_unevaluated(capsys):
-    from keras_vit.training import sources
+    from keras_vit.training.sources import files as sources
 
     files = {"cat": [f"c{i}.png" for i in range(12)], "rocket": ["r0.png", "r1.png", "r2.png"]}
     train, held = sources._held_out(files)
@@ -243,7 +243,7 @@ def test_a_class_too_small_for_a_held_out_image_is_named_not_silently_unevaluate
 
 def test_a_json_list_entry_without_a_label_is_named_not_a_key_error(tmp_path):
     from keras_vit.errors import UserError
-    from keras_vit.training import sources
+    from keras_vit.training.sources import files as sources
 
     (tmp_path / "rows.json").write_text(json.dumps([{"path": "a.png", "label": 0}, {"path": "b.png"}]))
     with pytest.raises(UserError, match=r"rows.json: entry 2 \('b.png'\) is not \(image path, label\)"):

@@ -11,7 +11,7 @@ Every source says how an epoch of a worker's shard is ordered
   examples, each with a stateless permutation from (seed, worker, e,
   block). When the first block holds only a small fraction of the classes,
   one warning says so. Raw examples are encoded bytes, pixels of one size,
-  or serialized tensors (sources.py), so a block always batches.
+  or serialized tensors (sources/objects.py), so a block always batches.
 
 The position in the stream is one number (examples consumed by this
 pipeline) that a checkpoint stores and a resumed run skips to; every

@@ -1,0 +1,125 @@
+"""Data handed to train() as objects: a tf.data.Dataset (or a (train, eval) pair),
+numpy arrays, a Keras directory dataset (its files: keras_vit.training.sources.files)."""
+
+from __future__ import annotations
+
+
+import numpy as np
+import tensorflow as tf
+
+from keras_vit.errors import UserError
+from keras_vit.training.sources.files import keras_directory_source
+from keras_vit.training.sources.source import HELD_OUT_EVERY, Source, decoded, table_source
+
+
+# Named, not lambdas: AutoGraph cannot tell two lambdas on one line apart and
+# says so in a warning to the user.
+def _is_held_out(index, example):
+    return index % HELD_OUT_EVERY == HELD_OUT_EVERY - 1
+
+
+def _is_kept(index, example):
+    return index % HELD_OUT_EVERY != HELD_OUT_EVERY - 1
+
+
+def _unnumbered(index, example):
+    return example
+
+
+def object_source(config, dataset, shard) -> Source:
+    """train(config, dataset=...): see open_source."""
+    if isinstance(dataset, (tuple, list)) and len(dataset) == 2 and all(isinstance(d, np.ndarray) for d in dataset):
+        return _array_source(config, *dataset)
+    if isinstance(dataset, (tuple, list)):
+        if len(dataset) != 2:
+            raise UserError("dataset= takes a tf.data.Dataset of (image, label), a (train, eval) pair of them, "
+                            "or a keras.utils.image_dataset_from_directory dataset.")
+        train, held = dataset
+    else:
+        train, held = dataset, None
+    file_paths = getattr(train, "file_paths", None)
+    if file_paths is not None and getattr(train, "class_names", None):
+        return keras_directory_source(config, train, held, shard)
+    if not isinstance(train, tf.data.Dataset) or (held is not None and not isinstance(held, tf.data.Dataset)):
+        raise UserError(f"dataset= must be a tf.data.Dataset of (image, label), a (train, eval) pair of them, or "
+                        f"a keras.utils.image_dataset_from_directory dataset; got {type(train).__name__}.")
+    train, held = _examples_of(train), None if held is None else _examples_of(held)
+    if held is None:
+        # One dataset: every 10th example is held out for evaluation.
+        numbered = train.enumerate()
+        held = numbered.filter(_is_held_out).map(_unnumbered)
+        train = numbered.filter(_is_kept).map(_unnumbered)
+    datasets = {"train": train, "eval": held}
+    image_spec = train.element_spec[0]
+    if image_spec.shape.rank != 3 or image_spec.shape[-1] is None:
+        raise UserError(f"dataset= elements must be (image (H, W, C), label); got image shape {image_spec.shape}.")
+    sizes = {k: int(v.reduce(np.int64(0), lambda n, _: n + 1)) for k, v in datasets.items()}
+    class_names = getattr(dataset if not isinstance(dataset, (tuple, list)) else dataset[0], "class_names", None)
+    num_classes = config.num_classes or (len(class_names) if class_names else None)
+    if num_classes is None:  # one pass over the labels
+        num_classes = 1 + max(int(v.map(lambda image, label: tf.cast(label, tf.int64)).reduce(
+            np.int64(-1), tf.maximum)) for v in datasets.values())
+    size = tuple(image_spec.shape[:2]) if None not in image_spec.shape[:2] else None
+    # Images of varying sizes travel as serialized tensors (one string each),
+    # so that the stream's shuffle blocks can batch them.
+    raw_of, decode = (_as_is, decoded) if size is not None else (_serialized, _parsed(image_spec))
+
+    def examples(split, index, count):
+        return datasets[split].shard(count, index).map(raw_of)
+
+    # Not addressable by index: each epoch is the dataset's own order, shuffled in blocks.
+    return Source(
+        name="dataset", num_classes=int(num_classes), num_channels=int(image_spec.shape[-1]), image_size=size,
+        sizes=sizes, train_split="train", eval_split="eval", examples=examples, decode=decode,
+        epoch=lambda split, index, count, seed: examples(split, index, count), shuffle_kind="buffer",
+        class_names=list(class_names) if class_names else None,
+    )
+
+
+@tf.autograph.experimental.do_not_convert
+def _as_is(image, label):
+    return image, label
+
+
+@tf.autograph.experimental.do_not_convert
+def _serialized(image, label):
+    return tf.io.serialize_tensor(image), label
+
+
+def _parsed(image_spec):
+    """decode() of a serialized image of `image_spec`'s dtype and channels."""
+
+    @tf.autograph.experimental.do_not_convert
+    def decode(raw):
+        serialized, label = raw
+        image = tf.io.parse_tensor(serialized, image_spec.dtype)
+        image.set_shape([None, None, image_spec.shape[-1]])
+        return image, tf.cast(label, tf.int32), tf.constant(True)
+
+    return decode
+
+
+def _array_source(config, images, labels) -> Source:
+    """dataset=(images (N, H, W, C) 0..255, labels (N,)): every 10th example held out."""
+    if images.ndim != 4 or labels.shape != (len(images),):
+        raise UserError(f"dataset=(images, labels) needs images (N, H, W, C) and labels (N,); got "
+                        f"{images.shape} and {labels.shape}.")
+    held = np.arange(len(labels)) % HELD_OUT_EVERY == HELD_OUT_EVERY - 1
+    labels = labels.astype(np.int32)
+    return table_source(
+        {"train": (images[~held], labels[~held]), "eval": (images[held], labels[held])},
+        name="arrays", num_classes=int(config.num_classes or labels.max() + 1), num_channels=int(images.shape[-1]),
+        image_size=tuple(images.shape[1:3]), train_split="train", eval_split="eval", decode=decoded)
+
+
+def _examples_of(ds):
+    """(image, label) examples of a dataset of tuples or {"image", "label"} dicts, batched or not."""
+    spec = ds.element_spec
+    if isinstance(spec, dict):
+        ds = ds.map(lambda e: (e["image"], e["label"]))
+        spec = ds.element_spec
+    if not isinstance(spec, tuple) or len(spec) != 2:
+        raise UserError(f"dataset= elements must be (image, label) pairs; got {spec}.")
+    if spec[0].shape.rank == 4:
+        ds = ds.unbatch()
+    return ds
