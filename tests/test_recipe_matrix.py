@@ -12,6 +12,7 @@ batch a user chooses must train.
 import argparse
 import csv
 import json
+import logging
 import os
 
 import numpy as np
@@ -45,6 +46,27 @@ def _crops(photo, count, seed):
         h, w = int(rng.integers(24, 120)), int(rng.integers(24, 160))
         top, left = int(rng.integers(0, photo.shape[0] - h)), int(rng.integers(0, photo.shape[1] - w))
         yield photo[top:top + h, left:left + w]
+
+
+class _Retracing(logging.Handler):
+    def __init__(self):
+        super().__init__()
+        self.messages = []
+
+    def emit(self, record):
+        if "triggered tf.function retracing" in record.getMessage():
+            self.messages.append(record.getMessage())
+
+
+@pytest.fixture(scope="module", autouse=True)
+def no_retracing_warning():
+    """The matrix's dozens of runs in one process each trace their own steps once: TensorFlow
+    must not call that retracing (it said so from the sixth run on: keras_vit.training.steps._compiled)."""
+    seen = _Retracing()
+    logging.getLogger("tensorflow").addHandler(seen)
+    yield
+    logging.getLogger("tensorflow").removeHandler(seen)
+    assert not seen.messages, seen.messages[0]
 
 
 @pytest.fixture(scope="module")

@@ -24,6 +24,7 @@ Keras' steps_per_execution).
 
 from __future__ import annotations
 
+import functools
 from typing import Dict, List
 
 import keras
@@ -43,6 +44,18 @@ def resolve_jit_compile(config, strategy) -> bool:
         return bool(config.jit_compile)
     on_cpu_only = not tf.config.list_logical_devices("GPU")
     return not (config.precision == "mixed_bfloat16" and on_cpu_only)
+
+
+def _compiled(method, **options):
+    """tf.function of one CompiledSteps' method, traced once per run.
+
+    No autograph: the steps are plain TF, and converting Keras' code costs
+    seconds. Through a functools.partial: TensorFlow counts traces per Python
+    code object (a bound method's function), so with the method itself every
+    run after the fifth in one process (a notebook's sweep, the experiments)
+    printed "5 out of the last 5 calls ... triggered tf.function retracing",
+    though each run traces its own steps once; a partial is counted as itself."""
+    return tf.function(functools.partial(method), autograph=False, **options)
 
 
 def _reduce_once(optimizer) -> None:
@@ -94,20 +107,19 @@ class CompiledSteps:
         self.loss_scaling = isinstance(optimizer, keras.optimizers.LossScaleOptimizer)
         self.columns: List[str] = []  # the names of run_loop's columns, known once traced
         _reduce_once(optimizer)
-        # No autograph: the steps are plain TF, and converting Keras' code costs seconds.
-        self.local_gradients = tf.function(self._local_gradients, jit_compile=jit_compile, autograph=False)
+        self.local_gradients = _compiled(self._local_gradients, jit_compile=jit_compile)
         # With one replica the sum over replicas is the identity, and the whole
         # step (gradients and update) is one XLA program, as Keras `fit`
         # compiles its step. With several, Keras' optimizer enters a
         # merge_call, which may not sit inside a nested tf.function, let alone XLA.
         self.whole_step = None
         if jit_compile and strategy.num_replicas_in_sync == 1:
-            self.whole_step = tf.function(self._whole_step, jit_compile=True, autograph=False)
-        self.local_eval = tf.function(self._local_eval, jit_compile=jit_compile, autograph=False)
-        self.run_loop = tf.function(self._run_loop, autograph=False)
-        self.eval_loop = tf.function(self._eval_loop, autograph=False)
-        self.agree_to_stop = tf.function(self._agree_to_stop, autograph=False)
-        self.step_sums = tf.function(self._step_sums, autograph=False)
+            self.whole_step = _compiled(self._whole_step, jit_compile=True)
+        self.local_eval = _compiled(self._local_eval, jit_compile=jit_compile)
+        self.run_loop = _compiled(self._run_loop)
+        self.eval_loop = _compiled(self._eval_loop)
+        self.agree_to_stop = _compiled(self._agree_to_stop)
+        self.step_sums = _compiled(self._step_sums)
 
     # --- one replica's step -------------------------------------------------------------
 
