@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 import keras_vit
-from keras_vit import model as model_lib
+from keras_vit.model import vit as model_lib  # the module whose embed_images ViT.embed calls
 from keras_vit.training.tasks.masked_patch import MaskedPatchTask
 from tests.conftest import tiny_config, tiny_hybrid_config
 from tests.layers import reference
