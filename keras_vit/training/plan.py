@@ -124,7 +124,8 @@ def resolve(config: TrainConfig, source, initial=None, num_replicas: int = 1, nu
     starting from `initial` (keras_vit.training.transfer.resolve_weights' weights,
     or None: from scratch), over `num_replicas` replicas of the `strategy`
     (its resolved name; None: config.strategy as given) with `jit_compile`
-    (keras_vit.training.steps.resolve_jit_compile for that strategy). Raises UserError, one line naming the fix, on a bad combination."""
+    (keras_vit.training.steps.resolve_jit_compile for that strategy). Raises
+    UserError, one line naming the fix, on a bad combination."""
     model = model_config(config, initial)
     recipe = with_aug_level(config.recipe, model)
     train_size = source.sizes.get(source.train_split)
@@ -148,7 +149,8 @@ def resolve(config: TrainConfig, source, initial=None, num_replicas: int = 1, nu
         steps_per_loop=config.steps_per_loop or config.log_every, steps=steps, warmup_steps=warmup_steps,
         train_size=train_size, augmentation=augmentation_ops(recipe, model.pixel_normalization),
         mixing=mixing(recipe), jit_compile=bool(jit_compile), precision=config.precision, remat=config.remat,
-        strategy=strategy or config.strategy, shuffle=source.shuffle_kind, warnings=tuple(_warnings(recipe, train_size)))
+        strategy=strategy or config.strategy, shuffle=source.shuffle_kind,
+        warnings=tuple(_warnings(recipe, train_size)))
 
 
 # --- the model ---------------------------------------------------------------------------

@@ -129,7 +129,8 @@ class Trainer:
         keras.utils.set_random_seed(config.seed)
         self.chief = is_chief(self.strategy)
         self.initial = resolve_weights(config.weights)
-        plan_lib.model_config(config, self.initial)  # its refusals (--patch-size against the weights...) before the data opens
+        # The architecture's refusals (--patch-size against the weights, ...) before the data opens.
+        plan_lib.model_config(config, self.initial)
         shard = self._input_shard()
         self.source = data_lib.open_source(config, self.dataset, shard=shard)
         self.task = self.task or make_task(config)
