@@ -52,3 +52,14 @@ def test_any_keras_model_is_read_from_its_last_layer():
     assert [output_activation(m) for m in (dense, layer, logits)] == ["sigmoid", "softmax", None]
     assert activation_name({"module": "keras.activations", "class_name": "function", "config": "sigmoid",
                             "registered_name": "sigmoid"}) == "sigmoid"
+
+
+def test_the_backbone_is_built_once_shares_the_weights_and_is_not_saved(tmp_path):
+    """#38 item 6: `backbone` was a new keras.Model at every access."""
+    model = keras_vit.ViT(tiny_config(), image_size=8, num_classes=2)
+    backbone = model.backbone
+    assert model.backbone is backbone and backbone.get_layer("Transformer") is model.encoder
+    images = np.random.default_rng(0).uniform(-1, 1, (1, 8, 8, 3)).astype(np.float32)
+    np.testing.assert_allclose(backbone(images), model.forward_stages(images, attention=False)["tokens"], atol=1e-6)
+    model.save(tmp_path / "m.keras")
+    assert len(keras_vit.load_model(tmp_path / "m.keras").weights) == len(model.weights)

@@ -4,6 +4,8 @@ blocks as feature maps (a mixin of keras_vit.model.ViT)."""
 
 from __future__ import annotations
 
+import functools
+
 import keras
 
 from keras_vit import layers as vit_layers
@@ -102,11 +104,13 @@ class FeatureAPI:
         return vit_layers.TokensToMap(self.num_prefix_tokens, self.config.total_stride, pad=self.dynamic_image_pad,
                                       name=name)
 
-    @property
+    @functools.cached_property
     def backbone(self):
         """The model up to its encoded tokens: a keras.Model images -> (B, T, D)
         (embedding, prefix tokens, encoder, final norm) sharing this model's
-        layers and weights; heads (pooling, projection, classifier) read its output."""
+        layers and weights; heads (pooling, projection, classifier) read its output.
+        Built on first use and kept (cached_property writes the instance's
+        __dict__, past Keras' attribute tracking: it is no part of the saved model)."""
         return keras.Model(self.inputs[0], self.encoder.output, name=f"{self.name}_backbone")
 
 
