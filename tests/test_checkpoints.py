@@ -2,7 +2,6 @@
 
 import functools
 import http.server
-import logging
 import threading
 
 import numpy as np
@@ -81,21 +80,22 @@ def test_matching_head_is_loaded(tmp_path, rng):
     np.testing.assert_array_equal(np.asarray(model.head.kernel), params["head/kernel"])
 
 
-def test_new_head_is_zero_and_the_user_is_told(tmp_path, rng, caplog):
+def test_new_head_is_zero_and_the_user_is_told(tmp_path, rng, capsys):
     params = official_params(tiny_config(), (4, 4), 21, rng=rng)
-    with caplog.at_level(logging.WARNING, logger="keras_vit"):
-        model = _load(tiny_config(), params, tmp_path, image_size=16, num_classes=3)
-    assert "a head of 21 classes" in caplog.text and "(3 classes) starts at zero" in caplog.text
+    capsys.readouterr()
+    model = _load(tiny_config(), params, tmp_path, image_size=16, num_classes=3)
+    (line,) = [line for line in capsys.readouterr().err.splitlines() if "starts at zero" in line]
+    assert line.startswith("keras-vit: warning: the checkpoint has a head of 21 classes")  # the one channel
+    assert "(3 classes) starts at zero" in line
     assert not np.any(np.asarray(model.head.kernel)) and not np.any(np.asarray(model.head.bias))
     # ...and the rest was loaded.
     np.testing.assert_array_equal(np.asarray(model.class_token.cls), params["cls"])
 
 
-def test_representation_layer_dropped_for_fine_tuning(tmp_path, rng, caplog):
+def test_representation_layer_dropped_for_fine_tuning(tmp_path, rng, capsys):
     params = official_params(tiny_config(), (4, 4), 21, representation_size=16, rng=rng)
-    with caplog.at_level(logging.WARNING, logger="keras_vit"):
-        model = _load(tiny_config(), params, tmp_path, image_size=16, num_classes=3)
-    assert model.pre_logits is None and "dropping the checkpoint's representation layer" in caplog.text
+    model = _load(tiny_config(), params, tmp_path, image_size=16, num_classes=3)
+    assert model.pre_logits is None and "dropping the checkpoint's representation layer" in capsys.readouterr().err
     with_repr = _load(tiny_config(representation_size=16), params, tmp_path, image_size=16, num_classes=21)
     np.testing.assert_array_equal(np.asarray(with_repr.pre_logits.kernel), params["pre_logits/kernel"])
 
@@ -147,11 +147,10 @@ def test_resize_rejects_non_square_without_old_grid(rng):
         resize_position_embedding(rng.normal(size=(1, 1 + 12, 4)), 4)
 
 
-def test_loading_at_a_new_resolution_resizes(tmp_path, rng, caplog):
+def test_loading_at_a_new_resolution_resizes(tmp_path, rng, capsys):
     params = official_params(tiny_config(), (4, 4), 3, rng=rng)
-    with caplog.at_level(logging.WARNING, logger="keras_vit"):
-        model = _load(tiny_config(), params, tmp_path, image_size=24, num_classes=3)
-    assert "resizing the position embedding from 17 to 37 tokens" in caplog.text
+    model = _load(tiny_config(), params, tmp_path, image_size=24, num_classes=3)
+    assert "resizing the position embedding from 17 to 37 tokens" in capsys.readouterr().err
     np.testing.assert_allclose(np.asarray(model.position_embedding.pos_embedding),
                                official_resize(params[POSEMB], 6), rtol=1e-5, atol=1e-6)
 

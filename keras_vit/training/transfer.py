@@ -12,17 +12,15 @@ embedding is resized to the new grid.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
-import logging
 import os
-from typing import Optional, Union
+from typing import Mapping, Optional, Union
 
 import numpy as np
 
 from keras_vit import _console, model_source, runs, storage
 from keras_vit.errors import UserError
-from keras_vit.weights import checkpoint_params, load_weights
+from keras_vit.weights import checkpoint_params, load_checkpoint, load_weights
 from keras_vit.weights.sources import NAME_PREFIXES, check_weights_exist, open_checkpoint
 from keras_vit.config import ViTConfig
 from keras_vit.model import ViT, head_layers, vits_in
@@ -94,7 +92,9 @@ def apply_weights(model, initial: InitialWeights) -> Optional[str]:
     vit = find_vit(model)  # the run's model may wrap it (masked patch prediction)
     heads = head_layers(vit)
     built = [[np.array(w) for w in layer.get_weights()] for layer in heads]
-    with _no_missing_head_warning(initial.dropped_head is not None):
+    if isinstance(initial.weights, Mapping):  # the head left out on purpose is not said to be missing
+        load_checkpoint(vit, initial.weights, new_head=initial.dropped_head is not None)
+    else:
         load_weights(vit, initial.weights)
     for layer, values in zip(heads, built):
         if all(not np.any(w) for w in layer.get_weights()):  # zeros: no head came from the checkpoint
@@ -103,19 +103,4 @@ def apply_weights(model, initial: InitialWeights) -> Optional[str]:
         return None
     return (f"the head of the weights ({initial.dropped_head} classes) was dropped: the run's head "
             f"({vit.num_classes} classes) starts anew (fine-tuning).")
-
-
-@contextlib.contextmanager
-def _no_missing_head_warning(active: bool):
-    """Hides the loader's "the checkpoint has no head" while the head was left out on purpose."""
-    def keep(record):
-        return not str(record.msg).startswith("keras_vit: the checkpoint has %s")
-
-    logger = logging.getLogger("keras_vit")
-    if active:
-        logger.addFilter(keep)
-    try:
-        yield
-    finally:
-        logger.removeFilter(keep)
 

@@ -12,12 +12,12 @@ disagree. The on-disk names are the ones `save_pretrained` writes
 from __future__ import annotations
 
 import json
-import logging
 import os
 from typing import Dict, List, Optional
 
 import numpy as np
 
+from keras_vit import _console
 from keras_vit import storage
 from keras_vit.config import ViTConfig
 from keras_vit.errors import UserError
@@ -33,7 +33,6 @@ from keras_vit.weights.checkpoint import (
 from keras_vit.weights.hf_families import map_family, vit_table
 from keras_vit.weights.layout import official_layout_error
 
-logger = logging.getLogger("keras_vit")
 
 
 def is_hf_directory(path) -> bool:
@@ -87,8 +86,8 @@ def processor_normalization(directory, where) -> Optional[str]:
         if np.allclose(np.asarray(mean) * 255, want_mean, atol=0.01) and \
                 np.allclose(np.asarray(std) * 255, want_std, atol=0.01):
             return name
-    logger.warning("keras_vit: %s normalises images with mean %s and std %s, which keras-vit does not name: "
-                   "normalise them that way yourself.", where, mean, std)
+    _console.warn(f"{where} normalises images with mean {mean} and std {std}, which keras-vit does not name: "
+                  f"normalise them that way yourself.")
     return None
 
 

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import logging
 import os
 import zipfile
 from typing import Dict, Mapping
 
 import numpy as np
 
+from keras_vit import _console
 from keras_vit import storage
 from keras_vit.errors import UserError
 from keras_vit.weights.layout import official_layout_error, variables_by_key
@@ -17,7 +17,6 @@ from keras_vit.weights.resize import COLUMN_SUFFIX, POSEMB_1D_SUFFIX, RELATIVE_S
     resize_position_params
 from keras_vit.weights.patch_resize import resize_patch_params
 
-logger = logging.getLogger("keras_vit")
 
 
 def read_npz(path) -> Dict[str, np.ndarray]:
@@ -40,11 +39,12 @@ def _is_group_norm_param(key: str) -> bool:
     return leaf_parent.startswith("gn")
 
 
-def load_checkpoint(model, params: Mapping[str, np.ndarray], old_grid=None) -> None:
+def load_checkpoint(model, params: Mapping[str, np.ndarray], old_grid=None, new_head: bool = False) -> None:
     """Assigns official-format `params` to `model`, checking every key and shape.
 
-    Allowed differences, each reported through the "keras_vit" logger:
-    - a head of another class count (or none in the file) -> a new zero head;
+    Allowed differences, each named in one warning line (keras_vit._console.warn):
+    - a head of another class count (or none in the file) -> a new zero head
+      (said unless `new_head`: the caller left the file's head out on purpose);
     - a model without the representation layer -> "pre_logits" is dropped;
     - a model without a head -> the file's head is ignored;
     - another position grid -> the position weights are resized by the rule
@@ -67,11 +67,11 @@ def load_checkpoint(model, params: Mapping[str, np.ndarray], old_grid=None) -> N
             params[key] = params[key].reshape(-1)
 
     for head in CLASSIFIER_ROOTS:  # the head, and DeiT's second one on the distillation token
-        _fit_head(head, params, expected)
+        _fit_head(head, params, expected, new_head)
 
     if model.pre_logits is None and "pre_logits/kernel" in params:
-        logger.warning("keras_vit: dropping the checkpoint's representation layer (pre_logits), "
-                       "since the model has representation_size=None.")
+        _console.warn("dropping the checkpoint's representation layer (pre_logits), since the model has "
+                      "representation_size=None.")
         params.pop("pre_logits/kernel", None)
         params.pop("pre_logits/bias", None)
 
@@ -88,7 +88,7 @@ def load_checkpoint(model, params: Mapping[str, np.ndarray], old_grid=None) -> N
     params, kernel_resized = resize_patch_params(params, shapes)
     resized += kernel_resized
     for what in resized:
-        logger.warning("keras_vit: resizing %s.", what)
+        _console.warn(f"resizing {what}.")
 
     missing = sorted(set(expected) - set(params))
     unexpected = sorted(set(params) - set(expected))
@@ -115,7 +115,7 @@ def load_checkpoint(model, params: Mapping[str, np.ndarray], old_grid=None) -> N
         variable.assign(params[key].astype(np.float32))
 
 
-def _fit_head(head, params, expected):
+def _fit_head(head, params, expected, new_head=False):
     """A checkpoint's `head` kept when it fits the model's; else dropped (no such head in the
     model) or replaced by zeros (another class count, or none in the file: the fine-tuning convention)."""
     kernel, bias = f"{head}/kernel", f"{head}/bias"
@@ -127,9 +127,9 @@ def _fit_head(head, params, expected):
     if have is not None and tuple(have.shape) == want:
         return
     found = "no head" if have is None else f"a head of {have.shape[-1]} classes"
-    if head == "head":  # one line for the pair
-        logger.warning("keras_vit: the checkpoint has %s; the model's head (%d classes) starts at zero "
-                       "(the fine-tuning convention).", found, want[-1])
+    if head == "head" and not new_head:  # one line for the pair
+        _console.warn(f"the checkpoint has {found}; the model's head ({want[-1]} classes) starts at zero "
+                      f"(the fine-tuning convention).")
     params[kernel] = np.zeros(want, np.float32)
     params[bias] = np.zeros(tuple(expected[bias].shape), np.float32)
 

@@ -69,13 +69,13 @@ be SwiGLU, a model without a final norm.
 
 from __future__ import annotations
 
-import logging
 import os
 import re
 from typing import Dict, Optional, Tuple
 
 import numpy as np
 
+from keras_vit import _console
 from keras_vit.config import ViTConfig
 from keras_vit.errors import UserError
 from keras_vit.weights.checkpoint import (
@@ -95,7 +95,6 @@ from keras_vit.weights.checkpoint import (
 )
 from keras_vit.weights.layout import ENCODER_NORM
 
-logger = logging.getLogger("keras_vit")
 
 # The heads of timm's ViT sizes (the size word of its model names).
 _HEADS = {"tiny": 3, "small": 6, "medium": 8, "base": 12, "large": 16, "huge": 16, "gigantic": 16,
@@ -426,9 +425,9 @@ def read_timm(weights_path, config_path=None, source=None) -> Checkpoint:
     if image_size is not None:
         cropped = (image_size[0] // patch * patch, image_size[1] // patch * patch)
         if cropped != image_size:
-            logger.warning("keras_vit: %s takes %s images whose last rows/columns timm's patch embedding never "
-                           "reads (patches of %d); keras-vit's model is %s: crop images to that (top left) for "
-                           "timm's outputs.", where, image_size, patch, cropped)
+            _console.warn(f"{where} takes {image_size} images whose last rows/columns timm's patch embedding "
+                          f"never reads (patches of {patch}); keras-vit's model is {cropped}: crop images to that "
+                          f"(top left) for timm's outputs.")
             image_size = cropped
     else:
         side = grid_side(grid_tokens, where) * patch
@@ -468,15 +467,14 @@ def read_timm(weights_path, config_path=None, source=None) -> Checkpoint:
         if normalization is not None:
             fields["pixel_normalization"] = normalization
         elif mean is None:
-            logger.warning("keras_vit: %s has no pretrained_cfg mean/std (timm's config.json): keras-vit assumes "
-                           "[-1, 1] pixels; normalise images as the weights expect yourself.", where)
+            _console.warn(f"{where} has no pretrained_cfg mean/std (timm's config.json): keras-vit assumes "
+                          f"[-1, 1] pixels; normalise images as the weights expect yourself.")
         else:
-            logger.warning("keras_vit: %s expects inputs normalised with mean %s and std %s (pretrained_cfg), "
-                           "which is none of keras-vit's pixel normalisations: normalise images that way yourself.",
-                           where, mean, std)
+            _console.warn(f"{where} expects inputs normalised with mean {mean} and std {std} (pretrained_cfg), "
+                          f"which is none of keras-vit's pixel normalisations: normalise images that way yourself.")
     elif mean is not None and normalization != "minus_one_to_one":
-        logger.warning("keras_vit: %s expects inputs normalised with mean %s and std %s, not the [-1, 1] "
-                       "scaling of keras_vit.preprocess_input: normalise images that way yourself.", where, mean, std)
+        _console.warn(f"{where} expects inputs normalised with mean {mean} and std {std}, not the [-1, 1] "
+                      f"scaling of keras_vit.preprocess_input: normalise images that way yourself.")
     config = ViTConfig(**fields)
     labels = timm_config.get("label_names")
     params = params_from_timm(tensors, config)
