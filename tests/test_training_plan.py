@@ -197,8 +197,7 @@ def test_the_classifier_is_the_users_else_the_recipes_from_scratch_and_pre_train
 
 
 def test_the_plan_holds_what_the_trainer_reads(tmp_path):
-    """Evaluation steps, steps per host loop, the strategy and the shuffle are
-    the plan's, and config.json holds the settings as given and the plan once."""
+    """Evaluation steps, steps per host loop, the strategy and the shuffle are the plan's."""
     import tensorflow as tf
 
     config = tiny_config(tmp_path / "run", steps=2, log_every=3, eval_batch_size=300, strategy="auto")
@@ -208,6 +207,11 @@ def test_the_plan_holds_what_the_trainer_reads(tmp_path):
     pixels = tf.data.Dataset.from_tensor_slices((np.zeros((20, 8, 8, 1), np.uint8), np.arange(20) % 2))
     assert plan_lib.resolve(config.replace(image_size=8, model=TINY.replace(patch_size=4)),
                             data_lib.open_source(config, pixels)).shuffle == "buffer"
+
+
+@pytest.mark.slow
+def test_config_json_holds_the_settings_as_given_and_the_plan_once(tmp_path):
+    config = tiny_config(tmp_path / "run", steps=2, log_every=3, eval_batch_size=300, strategy="auto")
     train(config)
     written = json.loads((tmp_path / "run" / "config.json").read_text())
     assert "resolved" not in written and written["plan"]["eval_steps"] == 4
