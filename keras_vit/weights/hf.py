@@ -17,8 +17,7 @@ from typing import Dict, List, Optional
 
 import numpy as np
 
-from keras_vit import _console
-from keras_vit import storage
+from keras_vit import _console, storage
 from keras_vit.config import ViTConfig
 from keras_vit.errors import UserError
 from keras_vit.images import NORMALIZATIONS, pixel_normalization
@@ -32,7 +31,6 @@ from keras_vit.weights.checkpoint import (
 )
 from keras_vit.weights.hf_families import map_family, vit_table
 from keras_vit.weights.layout import official_layout_error
-
 
 
 def is_hf_directory(path) -> bool:

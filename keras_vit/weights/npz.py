@@ -8,15 +8,13 @@ from typing import Dict, Mapping
 
 import numpy as np
 
-from keras_vit import _console
-from keras_vit import storage
+from keras_vit import _console, storage
 from keras_vit.errors import UserError
 from keras_vit.weights.layout import official_layout_error, variables_by_key
 from keras_vit.weights.parts import CLASSIFIER_ROOTS
 from keras_vit.weights.resize import COLUMN_SUFFIX, POSEMB_1D_SUFFIX, RELATIVE_SUFFIX, ROW_SUFFIX, \
     resize_position_params
 from keras_vit.weights.patch_resize import resize_patch_params
-
 
 
 def read_npz(path) -> Dict[str, np.ndarray]:
