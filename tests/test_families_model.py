@@ -208,7 +208,8 @@ def test_dense_features_export_to_saved_model_and_tflite(family, dynamic, tmp_pa
     import tensorflow as tf
 
     served = tf.saved_model.load(report["saved_model"]["path"]).signatures["serving_default"]
-    np.testing.assert_allclose(served(images=tf.constant(pixels))["block_2"].numpy(), expected, atol=1e-4)
+    # Relative to the maps' size: on another CPU the kernels sum in another order (CI saw 1.6e-4 on values of 57).
+    np.testing.assert_allclose(served(images=tf.constant(pixels))["block_2"].numpy(), expected, rtol=1e-5, atol=1e-5 * max(scale, 1.0))
 
 
 @pytest.mark.slow
