@@ -3,7 +3,7 @@ through the trainer, seeds, the mean +- std table (Markdown and JSON), the plots
 the harder two-digit data set and a FLOPs count.
 
 Every run is `keras_vit.training.train` on the bundled MNIST digits (4,000 train
-/ 1,000 test, `keras_vit.mnist5k.split`) or on data built from them
+/ 1,000 test, `keras_vit.data.mnist5k.split`) or on data built from them
 here, with the `scratch` recipe and the same settings for every arm except the
 one factor under test. Each run gets its own workdir, named after its settings:
 re-running an experiment skips the runs that already finished (the trainer
@@ -271,7 +271,7 @@ def model_sizes(config) -> str:
 
 def digits():
     """The bundled digits: ((train images (4000, 28, 28, 1) uint8, labels), (test ..., labels))."""
-    from keras_vit import mnist5k
+    from keras_vit.data import mnist5k
 
     return mnist5k.split()
 

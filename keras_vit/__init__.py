@@ -18,7 +18,7 @@ says which, `model.summary()` prints it.
 
 import sys as _sys
 
-from keras_vit._lazy import lazy_exports
+from keras_vit.utils.lazy import lazy_exports
 from keras_vit.config import ResNetConfig, ViTConfig
 from keras_vit.variants import VARIANTS, get_variant, list_variants
 
@@ -32,8 +32,8 @@ _LAZY = {
     "load_weights": "keras_vit.weights",
     "resize_position_embedding": "keras_vit.weights",
     "save_weights": "keras_vit.weights",
-    "from_pretrained": "keras_vit.pretrained",
-    "feature_model": "keras_vit.features",
+    "from_pretrained": "keras_vit.model.pretrained",
+    "feature_model": "keras_vit.model.features",
     "save_pretrained": "keras_vit.weights",
     "ViT": "keras_vit.model",
     "preprocess_input": "keras_vit.model",

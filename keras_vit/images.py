@@ -30,7 +30,7 @@ they all see the same pixels for the same file:
 * `find_unopenable`: the cheap check before training: each file's header,
   in parallel (pixels are decoded, and damage past the header found, in training).
 
-Folders and files may be on any filesystem keras_vit.storage reaches (gs://,
+Folders and files may be on any filesystem keras_vit.utils.storage reaches (gs://,
 ram://), except in `find_images`, which takes local paths.
 """
 
@@ -42,7 +42,7 @@ from pathlib import Path
 
 import numpy as np
 
-from keras_vit import storage
+from keras_vit.utils import storage
 from keras_vit.errors import UserError
 
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".gif", ".webp", ".tif", ".tiff", ".ppm", ".pgm")

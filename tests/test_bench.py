@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from keras_vit import cli_bench
+from keras_vit.cli import bench as cli_bench
 
 bench = cli_bench._load()  # puts benchmarks/ on sys.path for its sections' modules
 import bench_core  # noqa: E402

@@ -305,7 +305,7 @@ def test_refused_download_and_corrupt_npz_are_one_line_exit_2(tmp_path, rng, mon
 
 def test_bugs_in_a_download_helper_and_a_weights_loader_are_shown_as_bugs(checkpoint_server, tmp_path, rng,
                                                                         monkeypatch, capsys):
-    from keras_vit import pretrained
+    from keras_vit.model import pretrained
     from keras_vit.weights import hub
     from tests.test_runs import _cli, _png, assert_bug
 

@@ -12,7 +12,7 @@ import time
 import numpy as np
 import pytest
 
-from keras_vit import storage
+from keras_vit.utils import storage
 from keras_vit.cli import COMMANDS, main
 from keras_vit.errors import CannotContinue, MissingExtra, UserError
 from tests.conftest import copy_run
@@ -100,7 +100,7 @@ def test_user_errors_are_one_line(argv, code, pattern, capsys, tmp_path, monkeyp
 
 def _failing_variants(monkeypatch, error):
     """`keras-vit variants` (no TensorFlow) whose run raises `error`."""
-    from keras_vit import cli_variants
+    from keras_vit.cli import variants as cli_variants
 
     def run(args):
         raise error
@@ -162,7 +162,7 @@ def test_a_bug_in_a_fresh_process_exits_1_with_the_report_line(tmp_path):
 
 
 def test_usage_errors_are_user_errors():
-    from keras_vit._flags import UsageError
+    from keras_vit.utils.flags import UsageError
 
     assert issubclass(UsageError, UserError) and issubclass(UsageError, ValueError)
 

@@ -152,7 +152,7 @@ def stand_ins(tmp_path_factory):
     of each documented command run here})."""
     from PIL import Image
 
-    from keras_vit import mnist5k
+    from keras_vit.data import mnist5k
 
     root = tmp_path_factory.mktemp("docs")
     assert len(DEMO) == 1, [p.id for p in DEMO]  # the run predict/inspect read is documented once

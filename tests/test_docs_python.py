@@ -155,7 +155,7 @@ def _vit_fields():
 def _forwarded(func):
     """The keywords a keras_vit callable's **kwargs passes on (keras_vit's own tables); None: not listed
     here, which fails the check of a call that gives it any."""
-    from keras_vit import pretrained
+    from keras_vit.model import pretrained
     from keras_vit.training import config as training
 
     vit_args = set(inspect.signature(keras_vit.ViT).parameters) - {"kwargs"}

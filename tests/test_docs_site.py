@@ -144,7 +144,7 @@ def _shown(name, filters):
 def test_the_reference_covers_the_public_api():
     shown = {identifier for _, identifier, _ in REFERENCES}
     assert len(REFERENCES) >= 40
-    for needed in ("keras_vit.model.ViT", "keras_vit.config.ViTConfig", "keras_vit.pretrained.from_pretrained",
+    for needed in ("keras_vit.model.ViT", "keras_vit.config.ViTConfig", "keras_vit.model.pretrained.from_pretrained",
                    "keras_vit.weights.save_pretrained", "keras_vit.weights.load_weights",
                    "keras_vit.training.trainer.train", "keras_vit.training.trainer.Trainer",
                    "keras_vit.training.config.TrainConfig", "keras_vit.export.pipeline.export",

@@ -10,7 +10,7 @@ from PIL import Image
 
 import keras_vit
 from keras_vit.export import data as data_lib
-from keras_vit.mnist5k import split as load_mnist5k
+from keras_vit.data.mnist5k import split as load_mnist5k
 
 
 def test_data_mnist_is_the_1000_held_out_test_digits_of_the_one_reader():

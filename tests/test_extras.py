@@ -121,7 +121,8 @@ def test_the_core_works_with_every_extra_and_former_dependency_missing():
     result = _run(blocked, """
         import numpy as np
         import keras_vit
-        from keras_vit import export, inspection, mnist5k, training, weights  # importing needs no extra
+        from keras_vit import export, inspection, training, weights  # importing needs no extra
+        from keras_vit.data import mnist5k
         model = keras_vit.ViT(keras_vit.ViTConfig(patch_size=8, hidden_size=32, mlp_dim=64, num_heads=4,
                                                   num_layers=1), image_size=32, num_classes=3)
         out = np.asarray(model(np.zeros((2, 32, 32, 3), np.float32)))

@@ -15,7 +15,8 @@ import tensorflow as tf
 from PIL import Image
 
 import keras_vit
-from keras_vit import _console, runs
+from keras_vit import runs
+from keras_vit.utils import console as _console
 from keras_vit.cli import main
 from keras_vit.images import model_inputs
 from keras_vit.export import serving

@@ -1,9 +1,9 @@
-"""keras_vit._install_check: the unrelated `keras-vit` distribution found by
+"""keras_vit.utils.install_check: the unrelated `keras-vit` distribution found by
 its installed metadata (fake dist-info folders, read by importlib.metadata)."""
 
 from importlib import metadata
 
-from keras_vit._install_check import conflicting_distribution
+from keras_vit.utils.install_check import conflicting_distribution
 
 
 def _dist_info(root, name, version, record=None, legacy=None, sources=None):
@@ -57,7 +57,8 @@ def test_the_real_environment_is_read_without_error():
 
 
 def test_the_command_line_says_so_in_one_line(monkeypatch, capsys):
-    from keras_vit import _install_check, cli
+    from keras_vit import cli
+    from keras_vit.utils import install_check as _install_check
 
     monkeypatch.setattr(_install_check, "conflicting_distribution",
                         lambda: "The unrelated package keras-vit 1.0.1 is installed (stand-in).")
@@ -67,7 +68,8 @@ def test_the_command_line_says_so_in_one_line(monkeypatch, capsys):
 
 
 def test_no_warning_without_the_other_package(monkeypatch, capsys):
-    from keras_vit import _install_check, cli
+    from keras_vit import cli
+    from keras_vit.utils import install_check as _install_check
 
     monkeypatch.setattr(_install_check, "conflicting_distribution", lambda: None)
     assert cli.main(["variants"]) == 0

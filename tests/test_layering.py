@@ -27,27 +27,26 @@ PACKAGE = os.path.join(ROOT, "keras_vit")
 
 # Bottom first. A module's layer is that of its most specific pattern (an exact name beats a wildcard).
 LAYERS = [
-    ("foundation", ["keras_vit.errors", "keras_vit._lazy", "keras_vit._console", "keras_vit._flags",
-                    "keras_vit._install_check", "keras_vit.backend_guard", "keras_vit.storage",
-                    "keras_vit.config", "keras_vit.variants", "keras_vit.labels", "keras_vit.images", "keras_vit.locks",
-                    "keras_vit.mnist5k"]),
+    ("foundation", ["keras_vit.errors", "keras_vit.config", "keras_vit.variants", "keras_vit.images",
+                    "keras_vit.utils", "keras_vit.utils.*", "keras_vit.data", "keras_vit.data.*"]),
     ("layers", ["keras_vit.layers", "keras_vit.layers.*"]),
     # Reading checkpoints into a model it is given (the constructors' weights=): below the model.
     ("weights", ["keras_vit.weights", "keras_vit.weights.*"]),
     ("model", ["keras_vit.model", "keras_vit.model.*"]),
-    # What builds or loads a whole model: from_pretrained, the run folder, Keras' registration hook.
-    ("whole models", ["keras_vit.pretrained", "keras_vit.runs", "keras_vit.features"]),
-    ("model sources", ["keras_vit.model_source", "keras_vit"]),
+    # What builds or loads a whole model: from_pretrained, feature models, the run folder.
+    ("whole models", ["keras_vit.model.pretrained", "keras_vit.model.features", "keras_vit.runs",
+                      "keras_vit.runs.folder"]),
+    ("model sources", ["keras_vit.runs.source", "keras_vit"]),
     ("inspection and export", ["keras_vit.inspection", "keras_vit.inspection.*", "keras_vit.export",
                                "keras_vit.export.*"]),
     ("training", ["keras_vit.training", "keras_vit.training.*"]),
-    ("command line", ["keras_vit.cli", "keras_vit.cli_*", "keras_vit.demo", "keras_vit.training.cli",
-                      "keras_vit.export.cli", "keras_vit.inspection.cli_*"]),
+    ("command line", ["keras_vit.cli", "keras_vit.cli.*", "keras_vit.training.cli", "keras_vit.export.cli",
+                      "keras_vit.inspection.cli_*"]),
 ]
 
 # Modules whose import_module(name) takes a name that is not in their own source, and why that is fine.
 DISPATCHERS = {
-    "keras_vit._lazy": "imports the names of a package's lazy table, which the table's module holds",
+    "keras_vit.utils.lazy": "imports the names of a package's lazy table, which the table's module holds",
     "keras_vit.cli": "imports the command named on the command line, from COMMANDS in the same module",
     "keras_vit.errors": "require() imports optional third-party packages, never keras_vit",
 }
@@ -235,9 +234,9 @@ def test_dynamic_imports_name_their_modules_in_the_source():
 # process of its own, so "X loads no trainer" read from it can only be stricter. Importing any keras_vit module
 # imports the package first, so "keras_vit" leads; the shared homes come before any model-building module, so
 # their union is theirs alone (with the package's), as when each had a process of its own.
-IMPORT_ORDER = ["keras_vit", "keras_vit.mnist5k", "keras_vit.runs", "keras_vit.model", "keras_vit.pretrained",
-                "keras_vit.model_source", "keras_vit.export.pipeline", "keras_vit.inspection.figures"]
-BELOW_THE_TRAINER = ["keras_vit.model", "keras_vit.pretrained", "keras_vit.model_source", "keras_vit.export.pipeline",
+IMPORT_ORDER = ["keras_vit", "keras_vit.data.mnist5k", "keras_vit.runs", "keras_vit.model", "keras_vit.model.pretrained",
+                "keras_vit.runs.source", "keras_vit.export.pipeline", "keras_vit.inspection.figures"]
+BELOW_THE_TRAINER = ["keras_vit.model", "keras_vit.model.pretrained", "keras_vit.runs.source", "keras_vit.export.pipeline",
                      "keras_vit.inspection.figures"]
 
 
@@ -280,8 +279,8 @@ def test_below_the_trainer_nothing_loads_it(loaded, module):
 
 @pytest.mark.slow
 def test_the_shared_homes_stand_alone(loaded):
-    both = loaded["keras_vit.runs"]  # the package, keras_vit.mnist5k and keras_vit.runs, in that order
-    assert {"keras_vit.mnist5k", "keras_vit.runs"} <= both
+    both = loaded["keras_vit.runs"]  # the package, keras_vit.data.mnist5k and keras_vit.runs, in that order
+    assert {"keras_vit.data.mnist5k", "keras_vit.runs"} <= both
     above = sorted(name for name in both
                    if name.startswith(("keras_vit.training", "keras_vit.export", "keras_vit.inspection")))
     assert not above, above

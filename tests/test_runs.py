@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from keras_vit import runs
+from keras_vit.utils import storage
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TINY = dict(patch_size=4, hidden_size=16, mlp_dim=32, num_heads=2, num_layers=1)
@@ -236,6 +237,6 @@ def test_read_json_answers_empty_only_for_a_missing_or_damaged_file(tmp_path, mo
     def unreadable(path):
         raise PermissionError(13, "Permission denied", str(path))
 
-    monkeypatch.setattr(runs.storage, "read_bytes", unreadable)  # not "no results": the user must hear of it
+    monkeypatch.setattr(storage, "read_bytes", unreadable)  # not "no results": the user must hear of it
     with pytest.raises(PermissionError):
         runs.read_json(tmp_path / "cut.json")

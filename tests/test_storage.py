@@ -1,4 +1,4 @@
-"""keras_vit.storage: one atomic writer, and run folders / image folders on any
+"""keras_vit.utils.storage: one atomic writer, and run folders / image folders on any
 tf.io.gfile filesystem (TensorFlow's in-memory ram:// stands in for gs://)."""
 
 import errno
@@ -14,7 +14,8 @@ import pytest
 import tensorflow as tf
 
 import keras_vit
-from keras_vit import images, runs, storage
+from keras_vit import images, runs
+from keras_vit.utils import storage
 from tests import image_files
 from tests.conftest import tiny_config
 

@@ -121,7 +121,7 @@ def test_overrides_reach_the_recipe_and_the_run(monkeypatch):
     # The plan's one rule, checked by the command line before TensorFlow starts.
     parser = argparse.ArgumentParser()
     cli.add_arguments(parser)
-    from keras_vit import _console
+    from keras_vit.utils import console as _console
 
     monkeypatch.setattr(_console, "COMMAND_LINE", True)  # as keras_vit.cli.main sets it
     with pytest.raises(cli.UsageError, match=r"--batch-size 100 must be a multiple of .* use --batch-size 96"):

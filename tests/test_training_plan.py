@@ -115,7 +115,7 @@ def test_the_plan_orders_every_recipes_augmentation():
 
 def test_messages_name_flags_on_the_command_line_and_keywords_in_python(monkeypatch):
     """#30: the same refusal in the caller's language."""
-    from keras_vit import _console
+    from keras_vit.utils import console as _console
     from keras_vit.training import memory
 
     with pytest.raises(UserError, match=r"batch_size=100 .* use batch_size=96\.$"):

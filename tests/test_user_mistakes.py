@@ -10,7 +10,7 @@ import time
 import numpy as np
 import pytest
 
-from keras_vit import locks
+from keras_vit.utils import locks
 from keras_vit.errors import UserError
 from keras_vit.cli import main
 from tests.conftest import copy_run

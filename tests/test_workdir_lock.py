@@ -11,7 +11,7 @@ import time
 import pytest
 
 from keras_vit.cli import main
-from keras_vit import locks
+from keras_vit.utils import locks
 from tests.test_cli import TRAIN, _one_error_line
 
 

@@ -12,7 +12,7 @@ count_all_reduces (build the Trainer, run one loop of 2 steps and count the
 ReplicaContext.all_reduce calls that carry the gradients while it is traced;
 beside mirrored_vs_one_device: a list of the comparisons whose mirrored run
 counts them, all its traces together), count_writes (count this process's writes
-through keras_vit.storage), record_images (a hash of each training image this
+through keras_vit.utils.storage), record_images (a hash of each training image this
 worker's input pipeline handed to its steps, in order). Prints one JSON line
 starting with RESULT.
 """
@@ -151,7 +151,7 @@ def _mirrored_vs_one_device(spec):
 
 
 def _count_writes():
-    from keras_vit import storage
+    from keras_vit.utils import storage
 
     calls = []
     for name in ("write_bytes", "makedirs", "remove", "save_keras_model"):

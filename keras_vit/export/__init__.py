@@ -10,11 +10,11 @@ module and collected in REGISTRY (keras_vit.export.registry).
 import os as _os
 import sys as _sys
 
-from keras_vit._lazy import lazy_exports
+from keras_vit.utils.lazy import lazy_exports
 
 
 def _require_tensorflow():
-    from keras_vit.backend_guard import require_tensorflow
+    from keras_vit.utils.backend_guard import require_tensorflow
 
     require_tensorflow("keras_vit.export (SavedModel, TFLite and ONNX export)")
 

@@ -11,7 +11,7 @@ import sys
 
 def add_arguments(parser):
     # The registry imports no TensorFlow: --help stays fast.
-    from keras_vit._flags import image_size
+    from keras_vit.utils.flags import image_size
     from keras_vit.errors import install_hint
     from keras_vit.export.registry import FORMATS, OPTIONAL_FORMATS, REGISTRY
 

@@ -15,9 +15,10 @@ from typing import Optional, Tuple
 
 import numpy as np
 
-from keras_vit import _console
+from keras_vit.utils import console as _console
 from keras_vit import images as images_lib
-from keras_vit import mnist5k, storage
+from keras_vit.data import mnist5k
+from keras_vit.utils import storage
 from keras_vit.errors import UserError
 
 
@@ -38,7 +39,7 @@ class Images:
 
 
 def mnist_digits(seed: int = 0, split: str = "all") -> Images:
-    """The 5,000 MNIST digits shipped inside the package, read by keras_vit.mnist5k.
+    """The 5,000 MNIST digits shipped inside the package, read by keras_vit.data.mnist5k.
 
     split: "test" (the 1,000 held-out digits the trainer evaluates on; what
     `--data mnist` validates on), "train" (the other 4,000) or "all" (the

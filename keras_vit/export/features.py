@@ -15,7 +15,7 @@ from typing import Dict
 
 import numpy as np
 
-from keras_vit import storage
+from keras_vit.utils import storage
 from keras_vit.errors import UserError
 
 FORMATS = ("saved_model", "tflite")
@@ -40,7 +40,7 @@ def export_features(model, out, indices=None, output_format="NHWC", norm=False, 
     import keras
     import tensorflow as tf
 
-    from keras_vit.features import feature_model
+    from keras_vit.model.features import feature_model
 
     unknown = sorted(set(formats) - set(FORMATS))
     if unknown:

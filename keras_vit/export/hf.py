@@ -1,6 +1,6 @@
 """`--formats hf`: an HF transformers ViT directory (config.json, model.safetensors,
 preprocessor_config.json) written by keras_vit.save_pretrained (as one unit,
-keras_vit.storage.writing_directory), validated like the other formats:
+keras_vit.utils.storage.writing_directory), validated like the other formats:
 loaded by transformers.ViTForImageClassification in a fresh process
 (runner.py imports torch and transformers only) and compared with Keras.
 Built only when named: its validation needs the `reference` extra."""

@@ -3,7 +3,7 @@ new export installed there as one unit once it is built and validated.
 
 `out` holds one export. Everything is built and validated in a hidden
 staging folder beside it (same filesystem), then installed through
-keras_vit.storage.writing_directory: the previous export is replaced whole
+keras_vit.utils.storage.writing_directory: the previous export is replaced whole
 (or left as it was if anything fails), never merged with the new one.
 """
 
@@ -16,7 +16,7 @@ import shutil
 import tempfile
 from typing import List, Optional, Tuple
 
-from keras_vit import _console, locks, storage
+from keras_vit.utils import console as _console, locks, storage
 from keras_vit.export.registry import ExportError
 
 REPORT_FILE = "report.json"

@@ -31,7 +31,7 @@ from typing import Any, Dict, List, Optional
 
 import numpy as np
 
-from keras_vit import _console, storage
+from keras_vit.utils import console as _console, storage
 from keras_vit.errors import CannotContinue, MissingExtra, UserError
 from keras_vit.export import install as install_lib
 from keras_vit.export.format import Build, ExportFormat, NoOtherCandidate
@@ -102,7 +102,7 @@ def export(model_or_path, formats=None, out="exports", *, validation_data=None, 
             anything keras_vit.from_pretrained takes (an HF transformers or
             keras-hub folder, "hf:ORG/NAME", ...), or a variant name with
             `weights`, `image_size`, `num_classes`, `num_channels`. The file
-            or workdir may be on any filesystem keras_vit.storage reaches.
+            or workdir may be on any filesystem keras_vit.utils.storage reaches.
         formats: a list or comma-separated string out of FORMATS +
             OPTIONAL_FORMATS. None: FORMATS, less those whose packages are
             not installed (each skipped one is said, and listed in the

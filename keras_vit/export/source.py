@@ -1,4 +1,4 @@
-"""What to export: a model, anything keras_vit.model_source opens, or a variant + weights.
+"""What to export: a model, anything keras_vit.runs.source opens, or a variant + weights.
 
 Resolves to the Keras model, its class labels and a name for the artifacts.
 """
@@ -16,14 +16,14 @@ from keras_vit.errors import UserError
 
 def resolve(model_or_path, *, weights=None, image_size=None, num_classes=None, num_channels=None,
             labels=None, name=None, dynamic_image_size=False):
-    """The model to export, its labels and a name: a keras_vit.model_source.ModelSource
+    """The model to export, its labels and a name: a keras_vit.runs.source.ModelSource
     whose labels are always given ("0".."N-1" where none are known) and whose name is
     safe as a file name.
 
     Args:
-        model_or_path: a keras.Model; anything keras_vit.model_source opens
+        model_or_path: a keras.Model; anything keras_vit.runs.source opens
             (a run folder or `.keras` file, local or on any filesystem
-            keras_vit.storage reaches; a checkpoint folder, file or name that
+            keras_vit.utils.storage reaches; a checkpoint folder, file or name that
             from_pretrained takes); or a variant name ("B/16") built with
             `weights`, `image_size`, `num_classes`, `num_channels`.
         labels: a list of class names or a path to a file with one per line;
@@ -35,7 +35,9 @@ def resolve(model_or_path, *, weights=None, image_size=None, num_classes=None, n
         dynamic_image_size: export a ViT that takes any size
             (ViT.with_image_size); validated at its image_size.
     """
-    from keras_vit import model_source, runs, storage
+    from keras_vit import runs
+    from keras_vit.runs import source as model_source
+    from keras_vit.utils import storage
     from keras_vit.variants import VARIANTS, canonical_name
     from keras_vit.weights.sources import is_checkpoint_name
 
@@ -95,7 +97,7 @@ def _check_model(model):
         raise UserError(f"Export needs a fixed input size (batch, height, width, channels); {model.name} takes "
                          f"{shape}.")
     if getattr(model, "include_top", True) is False:
-        from keras_vit.model_source import no_head_error
+        from keras_vit.runs.source import no_head_error
 
         raise no_head_error("export")
     if len(model.outputs[0].shape) != 2:

@@ -19,7 +19,7 @@ from typing import Dict, List, Optional
 
 import numpy as np
 
-from keras_vit import storage
+from keras_vit.utils import storage
 from keras_vit.errors import CannotContinue, UserError, require
 from keras_vit.export.format import EXACT, Build, ExportFormat
 

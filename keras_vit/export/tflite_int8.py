@@ -29,7 +29,7 @@ import numpy as np
 
 from keras_vit.export import tflite
 from keras_vit.export.format import ExportFormat, NoOtherCandidate
-from keras_vit import _console
+from keras_vit.utils import console as _console
 from keras_vit.errors import UserError
 
 SENSITIVE_OPS = ["SOFTMAX", "MEAN", "SQUARED_DIFFERENCE", "RSQRT"]

@@ -9,7 +9,7 @@ from typing import Dict, List, Optional
 
 import numpy as np
 
-from keras_vit import _console
+from keras_vit.utils import console as _console
 from keras_vit.errors import CannotContinue
 from keras_vit.export import report as report_lib
 from keras_vit.export.registry import REGISTRY

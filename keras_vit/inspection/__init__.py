@@ -11,7 +11,7 @@ Functions that take `images` take pixels in 0..255 (see `images`).
     inspection.make_figures(model, images, "figures/")
 """
 
-from keras_vit._lazy import lazy_exports
+from keras_vit.utils.lazy import lazy_exports
 
 _FROM = {
     "analysis": ("MeanAttentionDistance", "attention_distance", "cosine_similarity_grid", "embedding_filter_pca", "mean_attention_distance",

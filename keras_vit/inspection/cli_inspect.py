@@ -16,8 +16,8 @@ import dataclasses
 import os
 import sys
 
-from keras_vit import storage
-from keras_vit._flags import UsageError, image_size, positive_int
+from keras_vit.utils import storage
+from keras_vit.utils.flags import UsageError, image_size, positive_int
 from keras_vit.inspection.cli_predict import MODEL_HELP
 
 
@@ -46,7 +46,7 @@ def run(args):
     from keras_vit.inspection.figures import choose_overlays, make_figures
     from keras_vit.inspection.predict import folders_without_images, nothing_read
     from keras_vit.inspection.plots import require_matplotlib
-    from keras_vit.model_source import open_model, resized
+    from keras_vit.runs.source import open_model, resized
 
     require_matplotlib()  # before anything is read or any folder made
     unwritable = storage.unwritable(args.out)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import sys
 
-from keras_vit._flags import UsageError, image_size, positive_int
+from keras_vit.utils.flags import UsageError, image_size, positive_int
 
 MODEL_HELP = ("a training workdir, a .keras file, or anything keras_vit.from_pretrained takes (an HF transformers, "
               "keras-hub or timm folder, hf:ORG/NAME, kerashub:PRESET, imagenet21k+imagenet2012:B/16, ...)")
@@ -44,7 +44,7 @@ def add_size_arguments(parser):
 
 def open_sized(args):
     """The command's model at --image-size / --dynamic-image-size, and the size images are read at."""
-    from keras_vit.model_source import open_model, resized
+    from keras_vit.runs.source import open_model, resized
 
     source = open_model(args.model, args.labels)
     if args.dynamic_image_size or getattr(source.model, "dynamic_image_size", False):

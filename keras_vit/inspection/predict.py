@@ -8,7 +8,8 @@ from pathlib import Path
 
 import numpy as np
 
-from keras_vit import _console, runs
+from keras_vit import runs
+from keras_vit.utils import console as _console
 from keras_vit.images import IMAGE_EXTENSIONS, find_images, load_images, model_inputs
 from keras_vit.errors import UserError
 
@@ -51,7 +52,7 @@ def to_probabilities(model, outputs):
 def check_classifies(model):
     """Raises a UserError naming the way on when `model` has no classification head
     (a backbone checkpoint: DINOv2, CLIP's vision tower, a ViTModel)."""
-    from keras_vit.model_source import no_head_error
+    from keras_vit.runs.source import no_head_error
 
     if getattr(model, "include_top", True) and getattr(model, "num_classes", 1) is not None:
         return

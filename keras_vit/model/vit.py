@@ -13,7 +13,7 @@ from keras import ops
 
 from keras_vit import layers as vit_layers
 from keras_vit.config import ViTConfig
-from keras_vit.labels import check_labels
+from keras_vit.utils.labels import check_labels
 from keras_vit.variants import canonical_name, get_variant
 from keras_vit.errors import UserError
 from keras_vit.weights import parts as weight_parts

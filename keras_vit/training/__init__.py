@@ -19,11 +19,11 @@ linear evaluation), transfer (initial weights), cli.
 import os as _os
 import sys as _sys
 
-from keras_vit._lazy import lazy_exports
+from keras_vit.utils.lazy import lazy_exports
 
 
 def _require_tensorflow():
-    from keras_vit.backend_guard import require_tensorflow
+    from keras_vit.utils.backend_guard import require_tensorflow
 
     require_tensorflow("keras_vit.training (the tf.distribute trainer)")
 

@@ -10,7 +10,7 @@ never leaves a half checkpoint, and a write that fails (a full disk, an
 unwritable workdir) is a CheckpointWriteError that leaves the previous
 checkpoint in place; a workdir whose fingerprint differs is an error, never
 overwritten. Where the folder is, is keras_vit.runs' business; it may be on
-any filesystem keras_vit.storage reaches (gs://, ram://).
+any filesystem keras_vit.utils.storage reaches (gs://, ram://).
 """
 
 from __future__ import annotations
@@ -21,7 +21,8 @@ from typing import Optional, Tuple
 
 import numpy as np
 
-from keras_vit import _console, runs, storage
+from keras_vit import runs
+from keras_vit.utils import console as _console, storage
 from keras_vit.errors import UserError
 
 FORMAT = 1

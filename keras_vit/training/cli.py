@@ -16,7 +16,7 @@ import dataclasses
 import json
 import sys
 
-from keras_vit._flags import UsageError, image_size, non_negative_int, positive_int
+from keras_vit.utils.flags import UsageError, image_size, non_negative_int, positive_int
 from keras_vit.config import CLASSIFIERS, POSITION_EMBEDDINGS
 from keras_vit.errors import UserError
 from keras_vit.training import config as config_lib
@@ -197,7 +197,7 @@ def config_from_args(args) -> config_lib.TrainConfig:
 def check_args(args) -> config_lib.TrainConfig:
     """The config, after the checks that need neither TensorFlow nor data: a
     bad value or name is a UsageError naming the flag and the fix."""
-    from keras_vit import storage
+    from keras_vit.utils import storage
     from keras_vit.weights import sources
     from keras_vit.variants import get_variant
 

@@ -21,7 +21,7 @@ import dataclasses
 import os
 from typing import Optional
 
-from keras_vit import _console
+from keras_vit.utils import console as _console
 
 ACTIVATION_FACTOR = 2.2
 RUNTIME_BYTES = 0.5e9  # TensorFlow, the input pipeline, XLA's own buffers

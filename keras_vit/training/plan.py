@@ -34,7 +34,7 @@ import dataclasses
 import math
 from typing import Optional, Tuple
 
-from keras_vit import _console
+from keras_vit.utils import console as _console
 from keras_vit.config import ViTConfig
 from keras_vit.errors import UserError
 from keras_vit.training.config import RECIPES, TrainConfig, with_aug_level

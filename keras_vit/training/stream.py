@@ -27,9 +27,9 @@ from typing import Optional
 import numpy as np
 import tensorflow as tf
 
-from keras_vit import _console
+from keras_vit.utils import console as _console
 from keras_vit.errors import UserError
-from keras_vit._console import warn
+from keras_vit.utils.console import warn
 
 FEW_CLASSES = 0.5  # warn when the first shuffle block of a stream holds less than this fraction of the classes
 

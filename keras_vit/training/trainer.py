@@ -24,7 +24,8 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from keras_vit import _console, locks, runs, storage
+from keras_vit import runs
+from keras_vit.utils import console as _console, locks, storage
 from keras_vit.errors import CannotContinue, UserError
 from keras_vit.model import fuse_gelu, rematerialize_blocks
 from keras_vit.training import data as data_lib

@@ -18,7 +18,9 @@ from typing import Mapping, Optional, Union
 
 import numpy as np
 
-from keras_vit import _console, model_source, runs, storage
+from keras_vit import runs
+from keras_vit.utils import console as _console, storage
+from keras_vit.runs import source as model_source
 from keras_vit.errors import UserError
 from keras_vit.weights import checkpoint_params, load_checkpoint, load_weights
 from keras_vit.weights.sources import NAME_PREFIXES, check_weights_exist, open_checkpoint

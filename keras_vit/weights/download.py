@@ -89,7 +89,7 @@ def _fetch(repo: str, filename: str, revision: Optional[str], source: str, requi
 
 
 def _offline(repo, filename, revision, source, why: str) -> UserError:
-    from keras_vit import _console
+    from keras_vit.utils import console as _console
 
     local = f"/path/to/{repo.split('/')[-1]}"
     example = (f"{local} in place of {source}" if _console.COMMAND_LINE else

@@ -17,7 +17,7 @@ from typing import Dict, List, Optional
 
 import numpy as np
 
-from keras_vit import _console, storage
+from keras_vit.utils import console as _console, storage
 from keras_vit.config import ViTConfig
 from keras_vit.errors import UserError
 from keras_vit.images import NORMALIZATIONS, pixel_normalization

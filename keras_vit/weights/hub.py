@@ -16,7 +16,7 @@ import urllib.parse
 import urllib.request
 from typing import Dict, List
 
-from keras_vit import _console, storage
+from keras_vit.utils import console as _console, storage
 from keras_vit.errors import UserError
 from keras_vit.variants import canonical_name
 

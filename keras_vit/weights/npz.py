@@ -8,7 +8,7 @@ from typing import Dict, Mapping
 
 import numpy as np
 
-from keras_vit import _console, storage
+from keras_vit.utils import console as _console, storage
 from keras_vit.errors import UserError
 from keras_vit.weights.layout import official_layout_error, variables_by_key
 from keras_vit.weights.parts import CLASSIFIER_ROOTS
@@ -40,7 +40,7 @@ def _is_group_norm_param(key: str) -> bool:
 def load_checkpoint(model, params: Mapping[str, np.ndarray], old_grid=None, new_head: bool = False) -> None:
     """Assigns official-format `params` to `model`, checking every key and shape.
 
-    Allowed differences, each named in one warning line (keras_vit._console.warn):
+    Allowed differences, each named in one warning line (keras_vit.utils.console.warn):
     - a head of another class count (or none in the file) -> a new zero head
       (said unless `new_head`: the caller left the file's head out on purpose);
     - a model without the representation layer -> "pre_logits" is dropped;

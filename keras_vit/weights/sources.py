@@ -11,7 +11,7 @@
     "kerashub:PRESET"                   keras-hub's own downloader -> kerashub
 
 Every adapter returns the same Checkpoint (config + official-layout params);
-`keras_vit.pretrained.from_pretrained` builds the model from it (above the model
+`keras_vit.model.pretrained.from_pretrained` builds the model from it (above the model
 in the layering: nothing here imports it) and the one strict loader assigns.
 """
 
@@ -66,7 +66,7 @@ def open_checkpoint(source, official_variant=None, model=None) -> Checkpoint:
         official_variant = model.config
     if source in hub.CHECKPOINTS:
         if official_variant is None:
-            from keras_vit import _console
+            from keras_vit.utils import console as _console
 
             example = (f"'{source}:B/16', or a variant name with --weights {source}" if _console.COMMAND_LINE else
                        f"keras_vit.ViT_B16(weights={source!r}) or from_pretrained('{source}:B/16')")
@@ -127,7 +127,7 @@ def check_weights_exist(weights) -> None:
     """Refuses initial weights that name no checkpoint and do not exist ('dinov22', a
     mistyped folder): found where the weights are resolved, they would otherwise
     be taken for a file or "no weights" and fail later, naming something else."""
-    from keras_vit import _console, storage
+    from keras_vit.utils import console as _console, storage
 
     if weights is None or isinstance(weights, Mapping) or is_checkpoint_name(weights) or storage.exists(weights):
         return

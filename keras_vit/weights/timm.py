@@ -75,7 +75,7 @@ from typing import Dict, Optional, Tuple
 
 import numpy as np
 
-from keras_vit import _console
+from keras_vit.utils import console as _console
 from keras_vit.config import ViTConfig
 from keras_vit.errors import UserError
 from keras_vit.weights.checkpoint import (

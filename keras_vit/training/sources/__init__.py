@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import os
 
-from keras_vit._console import warn  # noqa: F401  (data warnings: the one keras-vit warning line)
+from keras_vit.utils.console import warn  # noqa: F401  (data warnings: the one keras-vit warning line)
 from keras_vit.errors import UserError
 from keras_vit.training.sources.files import folder_source, list_source
 from keras_vit.training.sources.mnist import load_mnist5k, mnist5k_path, mnist5k_source, read_mnist5k  # noqa: F401

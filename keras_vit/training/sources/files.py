@@ -10,8 +10,8 @@ import os
 import numpy as np
 
 from keras_vit import images as images_lib
-from keras_vit import storage
-from keras_vit._console import warn
+from keras_vit.utils import storage
+from keras_vit.utils.console import warn
 from keras_vit.errors import UserError
 from keras_vit.training.sources.source import (
     EVAL_SPLIT_NAMES, HELD_OUT_EVERY, DecodeProblems, Source, pillow_decoder, table_source)

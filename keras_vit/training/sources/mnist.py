@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 
-from keras_vit import mnist5k
+from keras_vit.data import mnist5k
 from keras_vit.training.sources.source import Source, decoded, table_source
 
 
 # --- sources -----------------------------------------------------------------
 
-# The digits are read in keras_vit.mnist5k; these names stay for callers of the trainer's API.
+# The digits are read in keras_vit.data.mnist5k; these names stay for callers of the trainer's API.
 mnist5k_path = mnist5k.path
 
 

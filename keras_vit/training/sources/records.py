@@ -8,7 +8,8 @@ import os
 import numpy as np
 import tensorflow as tf
 
-from keras_vit import _console, errors, storage
+from keras_vit import errors
+from keras_vit.utils import console as _console, storage
 from keras_vit.errors import UserError
 from keras_vit.training.sources.source import (
     AUTOTUNE, EVAL_SPLIT_NAMES, INTERLEAVE_FILES, DecodeProblems, Source, pillow_decoder)

@@ -13,7 +13,7 @@ import numpy as np
 import tensorflow as tf
 
 from keras_vit import images as images_lib
-from keras_vit._console import warn
+from keras_vit.utils.console import warn
 from keras_vit.errors import UserError
 
 

@@ -8,7 +8,7 @@
     <workdir>/tensorboard/     TensorBoard logs
 
 Train writes it; predict, inspect, export and `train --weights` read it. The
-workdir may be on any filesystem keras_vit.storage reaches (a local folder,
+workdir may be on any filesystem keras_vit.utils.storage reaches (a local folder,
 gs://, ram://); every file is written atomically. Nothing here imports Keras or
 TensorFlow until a model is loaded or a remote path is used, so the command
 line can describe itself without starting TensorFlow.
@@ -24,9 +24,9 @@ import zipfile
 import zlib
 from typing import List, Optional, Sequence, Union
 
-from keras_vit import storage
+from keras_vit.utils import storage
 from keras_vit.errors import UserError
-from keras_vit.labels import check_labels, default_labels  # noqa: F401 - runs.check_labels, as before
+from keras_vit.utils.labels import check_labels, default_labels  # noqa: F401 - keras_vit.runs.check_labels, as before
 
 MODEL_FILE = "model.keras"
 CONFIG_FILE = "config.json"

@@ -19,8 +19,8 @@ import re
 import sys
 import traceback
 
-from keras_vit import _console, _install_check
-from keras_vit._flags import Parser, UsageError, non_negative_int, positive_int  # noqa: F401 - re-exported
+from keras_vit.utils import console as _console, install_check as _install_check
+from keras_vit.utils.flags import Parser, UsageError, non_negative_int, positive_int  # noqa: F401 - re-exported
 from keras_vit.errors import CannotContinue, UserError
 
 # subcommand -> (module, one-line help). Modules are imported only when used,
@@ -31,13 +31,13 @@ COMMANDS = {
     "export": ("keras_vit.export.cli", "export SavedModel / TFLite / ONNX, validated against Keras"),
     "predict": ("keras_vit.inspection.cli_predict", "top-k labels for image files"),
     "inspect": ("keras_vit.inspection.cli_inspect", "attention maps and the paper's figures"),
-    "bench": ("keras_vit.cli_bench", "benchmark against keras-hub and PyTorch"),
-    "demo": ("keras_vit.demo", "train on the bundled MNIST digits, then export"),
-    "variants": ("keras_vit.cli_variants", "list the registered variants and their checkpoints"),
+    "bench": ("keras_vit.cli.bench", "benchmark against keras-hub and PyTorch"),
+    "demo": ("keras_vit.cli.demo", "train on the bundled MNIST digits, then export"),
+    "variants": ("keras_vit.cli.variants", "list the registered variants and their checkpoints"),
 }
 
 
-# Re-exported: subcommand modules import them from keras_vit._flags (below them
+# Re-exported: subcommand modules import them from keras_vit.utils.flags (below them
 # in the layering); older code imported them from here.
 _Parser = Parser
 

@@ -14,7 +14,9 @@ import importlib.util
 import os
 import sys
 
-BENCH = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks", "bench.py")
+# keras_vit/cli/bench.py -> the checkout: three folders up.
+CHECKOUT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+BENCH = os.path.join(CHECKOUT, "benchmarks", "bench.py")
 
 
 @functools.lru_cache(maxsize=None)

@@ -22,7 +22,7 @@ def path() -> str:
     """Where the digits are: keras_vit/data/mnist5k.npz, next to this module."""
     # A plain path rather than importlib.resources: the package is always
     # installed as files (setup.cfg has zip_safe = False), and callers print it.
-    return os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "mnist5k.npz")
+    return os.path.join(os.path.dirname(os.path.abspath(__file__)), "mnist5k.npz")
 
 
 @functools.lru_cache(maxsize=1)

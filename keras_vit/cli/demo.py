@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import os
 
-from keras_vit._flags import non_negative_int
+from keras_vit.utils.flags import non_negative_int
 
 DEFAULT_FORMATS = "saved_model,tflite,tflite-fp16,tflite-dynamic,tflite-int8"
 
@@ -46,7 +46,7 @@ def run(args):
         return 0
 
     from keras_vit import export
-    from keras_vit import mnist5k
+    from keras_vit.data import mnist5k
 
     (train_images, train_labels), (test_images, test_labels) = mnist5k.split()
     print(f"== Exporting {args.workdir}/model.keras -> {args.out}, validated on the held-out digits")

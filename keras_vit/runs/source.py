@@ -10,7 +10,7 @@
 
 `keras-vit predict`, `inspect` and `export` open their model here, and pick
 its class names by one rule (`choose_labels`). Run folders and `.keras` files
-may be on any filesystem keras_vit.storage reaches; checkpoints are local.
+may be on any filesystem keras_vit.utils.storage reaches; checkpoints are local.
 """
 
 from __future__ import annotations
@@ -19,7 +19,8 @@ import dataclasses
 import os
 from typing import Any, List, Optional
 
-from keras_vit import runs, storage
+from keras_vit import runs
+from keras_vit.utils import storage
 
 # For messages: every form `open_model` takes.
 FORMS = ("a run folder, a .keras file, a checkpoint folder (HF transformers, keras-hub, timm), an official .npz, "
@@ -30,7 +31,7 @@ def no_head_error(command: str):
     """The UserError for a model without a classification head (a backbone checkpoint: DINOv2,
     CLIP's vision tower, a ViTModel) given to `command` ("predict", "export"), which classifies:
     it names the fix, fine-tuning on the user's classes, in the caller's language."""
-    from keras_vit import _console
+    from keras_vit.utils import console as _console
     from keras_vit.errors import UserError
 
     fine_tune = _console.either("keras-vit train --weights MODEL --dataset folder:PATH --workdir RUN",
@@ -57,7 +58,7 @@ def open_model(source, labels=None) -> ModelSource:
     """
     path = os.fspath(source)
     if is_checkpoint(path) or _damaged_checkpoint(path):
-        from keras_vit.pretrained import from_pretrained  # it names what is wrong with a damaged config.json
+        from keras_vit.model.pretrained import from_pretrained  # it names what is wrong with a damaged config.json
 
         model = from_pretrained(path)
         return ModelSource(model, choose_labels(model, labels), _name(path), f"checkpoint {path}")

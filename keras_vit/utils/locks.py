@@ -24,7 +24,7 @@ start time in clock ticks (what tells a live owner from a pid reused since).
   sharing the host's network, hence its hostname; a container before a
   restart that gave it a new namespace) cannot be checked from here: it is
   refused as another host's is.
-- On gs://-style storage (anything keras_vit.storage reaches through
+- On gs://-style storage (anything keras_vit.utils.storage reaches through
   tf.io.gfile) there is no exclusive create: the lock is written whole (an
   object appears whole) after checking that none exists, then read back to
   check it is ours, so two runs started within the same instant could still
@@ -49,7 +49,7 @@ import sys
 import time
 from typing import Iterator, Optional
 
-from keras_vit import _console, storage
+from keras_vit.utils import console as _console, storage
 from keras_vit.errors import UserError
 
 LOCK_FILE = ".keras-vit.lock"
