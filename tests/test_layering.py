@@ -258,7 +258,8 @@ def imported_after(modules, first="sys"):
 @pytest.fixture(scope="module")
 def loaded():
     """The two fresh processes of the run-time checks: the command line's import, and IMPORT_ORDER."""
-    return {"cli": imported_after(["keras_vit"], first="keras_vit_cli")["keras_vit"], **imported_after(IMPORT_ORDER)}
+    cli = imported_after(["keras_vit", "keras_vit.cli.variants", "keras_vit.weights.hub"], first="keras_vit_cli")
+    return {"cli": cli["keras_vit"], "cli variants": cli["keras_vit.weights.hub"], **imported_after(IMPORT_ORDER)}
 
 
 @pytest.mark.slow
@@ -266,6 +267,9 @@ def test_the_command_lines_import_of_keras_vit_starts_neither_keras_nor_tensorfl
     """The `keras-vit` command (keras_vit_cli) answers --help at once; a program's
     `import keras_vit` imports Keras, to register the layers (#30, tests/test_guest.py)."""
     assert not {"keras", "tensorflow", "jax", "torch"} & loaded["cli"], sorted(loaded["cli"])
+    # `keras-vit variants` (NEEDS_TENSORFLOW = False) lists the table of checkpoints: the weights
+    # package's other modules, which need Keras, are not loaded for it (TensorFlow's start-up lines were).
+    assert not {"keras", "tensorflow"} & loaded["cli variants"], sorted(loaded["cli variants"])
     assert {"keras", "keras_vit.model"} <= loaded["keras_vit"]
 
 
