@@ -145,7 +145,7 @@ def test_the_reference_covers_the_public_api():
     shown = {identifier for _, identifier, _ in REFERENCES}
     assert len(REFERENCES) >= 40
     for needed in ("keras_vit.model.ViT", "keras_vit.config.ViTConfig", "keras_vit.model.pretrained.from_pretrained",
-                   "keras_vit.weights.save_pretrained", "keras_vit.weights.load_weights",
+                   "keras_vit.weights.hf.save_pretrained", "keras_vit.weights.sources.load_weights",
                    "keras_vit.training.trainer.train", "keras_vit.training.trainer.Trainer",
                    "keras_vit.training.config.TrainConfig", "keras_vit.export.pipeline.export",
                    "keras_vit.export.format.ExportFormat",
