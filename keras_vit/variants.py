@@ -92,6 +92,8 @@ VARIANTS: Dict[str, ViTConfig] = {
     "CLIP-B/32": _vit("B", 32, family="CLIP", projection_size=512),
     "CLIP-B/16": _vit("B", 16, family="CLIP", projection_size=512),
     "CLIP-L/14": _vit("L", 14, family="CLIP", projection_size=768),
+    # MetaCLIP 2's worldwide H/14 (facebook/metaclip-2-worldwide-huge-quickgelu): CLIP's architecture.
+    "MetaCLIP2-H/14": _vit("H", 14, family="CLIP", projection_size=1024),
 }
 """Every named size: variant name -> ViTConfig (`keras-vit variants` prints them). Hybrids are
 "R50+B/16"-style names; "Mu/4" is the micro model of the demo, "Nano/4" a one-block model to try

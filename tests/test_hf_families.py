@@ -1,5 +1,5 @@
 """ViT's relatives in HF transformers (DeiT, DINOv2 with and without
-registers, the SigLIP and CLIP vision towers) against transformers itself:
+registers, the SigLIP, CLIP and MetaCLIP 2 vision towers) against transformers itself:
 small random models with odd sizes (48 wide, 3 heads, MLP 80, 5 classes),
 every weight perturbed (LayerNorms, LayerScale, tokens and position tables
 included), written by their own save_pretrained, load with
@@ -130,6 +130,16 @@ CASES = {
         lambda: transformers.CLIPModel(transformers.CLIPConfig(
             vision_config=small(intermediate_size=MLP), text_config=TEXT, projection_dim=24)),
         clip_image_features, False, 32, 4),
+    # MetaCLIP 2: CLIP's architecture under transformers' MetaClip2 classes and model_types.
+    "metaclip_2_vision_projection": (
+        lambda: transformers.MetaClip2VisionModelWithProjection(
+            transformers.MetaClip2VisionConfig(**small(28, 7, intermediate_size=MLP), projection_dim=24)),
+        attribute("image_embeds"), False, 28, 7),
+    "metaclip_2": (
+        lambda: transformers.MetaClip2Model(transformers.MetaClip2Config(
+            vision_config=small(intermediate_size=MLP), text_config=dict(TEXT, bos_token_id=0, eos_token_id=2),
+            projection_dim=24)),
+        clip_image_features, False, 32, 4),
 }
 
 # What each case must read as: the ViTConfig fields that make it that family.
@@ -161,6 +171,10 @@ FIELDS = {
                         position_interpolation="bicubic", pixel_normalization="clip"),
     "clip_vision_projection": dict(mlp_activation="gelu", gelu_approximate=False, projection_size=24),
     "clip": dict(mlp_activation="quick_gelu", projection_size=24),
+    "metaclip_2_vision_projection": dict(classifier="token", mlp_activation="quick_gelu", layer_norm_epsilon=1e-5,
+                                         pre_norm=True, patch_bias=False, final_norm="pooled", projection_size=24,
+                                         position_interpolation="bicubic", pixel_normalization="clip", patch_size=7),
+    "metaclip_2": dict(mlp_activation="quick_gelu", projection_size=24),
 }
 
 LABELLED = {"deit_teacher", "dinov2_swiglu_classifier", "siglip_classifier"}
@@ -345,7 +359,8 @@ def test_defaults_are_transformers(tmp_path):
                              (transformers.Dinov2Config(), hf_families._DINOV2_DEFAULTS),
                              (transformers.Dinov2WithRegistersConfig(), hf_families._DINOV2_REGISTERS_DEFAULTS),
                              (transformers.SiglipVisionConfig(), hf_families._SIGLIP_DEFAULTS),
-                             (transformers.CLIPVisionConfig(), hf_families._CLIP_DEFAULTS)):
+                             (transformers.CLIPVisionConfig(), hf_families._CLIP_DEFAULTS),
+                             (transformers.MetaClip2VisionConfig(), hf_families._CLIP_DEFAULTS)):
         for field, value in defaults.items():
             if value is not None:  # None: derived (DeiT's pooler_output_size is hidden_size)
                 assert getattr(config, field) == value, (type(config).__name__, field)
@@ -371,6 +386,11 @@ def test_clip_image_classifier_and_other_files_are_refused(tmp_path):
     transformers.CLIPForImageClassification(config).save_pretrained(tmp_path / "clip")
     with pytest.raises(ValueError, match="CLIPForImageClassification"):
         keras_vit.from_pretrained(str(tmp_path / "clip"))
+    config = transformers.MetaClip2Config(vision_config=small(intermediate_size=MLP),
+                                          text_config=dict(TEXT, bos_token_id=0, eos_token_id=2), num_labels=3)
+    transformers.MetaClip2ForImageClassification(config).save_pretrained(tmp_path / "metaclip_2")
+    with pytest.raises(ValueError, match="a MetaClip2ForImageClassification checkpoint.*loads as a MetaClip2VisionModel"):
+        keras_vit.from_pretrained(str(tmp_path / "metaclip_2"))
     # A ViT's files under model_type "deit": no distillation token to read.
     transformers.ViTModel(transformers.ViTConfig(**small(intermediate_size=MLP))).save_pretrained(tmp_path / "vit")
     path = tmp_path / "vit" / "config.json"

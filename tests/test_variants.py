@@ -46,7 +46,7 @@ PARAMETER_COUNTS = {
 # towers without a head (CLIP's with its projection). Each equals the parameter count of
 # the transformers model of the same config (DeiTForImageClassificationWithTeacher,
 # Dinov2Model less its mask token, Dinov2WithRegistersModel likewise, SiglipVisionModel,
-# CLIPVisionModelWithProjection), counted on 2026-11-25 with transformers 5.24 (the
+# CLIPVisionModelWithProjection, MetaClip2VisionModelWithProjection), counted on 2026-11-25 with transformers 5.24 (the
 # registers models with patch_size=14: transformers' default config has 16).
 FAMILY_COUNTS = {
     "DeiT-Ti/16": 5_910_800,
@@ -61,6 +61,7 @@ FAMILY_COUNTS = {
     "CLIP-B/32": 87_849_216,
     "CLIP-B/16": 86_192_640,
     "CLIP-L/14": 303_966_208,
+    "MetaCLIP2-H/14": 632_076_800,  # MetaClip2VisionModelWithProjection, counted 2026-11-26
 }
 
 

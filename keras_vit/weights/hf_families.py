@@ -1,5 +1,6 @@
 """HF transformers checkpoints of ViT and its relatives: ViT itself, DeiT,
-DINOv2 (with and without registers), and the vision towers of SigLIP and CLIP.
+DINOv2 (with and without registers), and the vision towers of SigLIP, CLIP and
+MetaCLIP 2 (CLIP's architecture and file layout under its own model_type).
 
 Each is the ViT encoder with a few knobs turned (ViTConfig's
 distillation_token, num_register_tokens, layer_scale_init, mlp_activation,
@@ -446,15 +447,19 @@ def siglip(hf: dict, tensors: Dict[str, np.ndarray], where: str) -> Mapped:
 
 
 def _clip(c: dict, hf: dict, tensors: Dict[str, np.ndarray], where: str) -> Mapped:
+    # MetaCLIP 2 is CLIP's architecture trained on other data: transformers' MetaClip2 classes
+    # are CLIP's with the names changed, and their files hold the same tensor names.
+    family, classes = ("MetaCLIP 2", "MetaClip2") if hf.get("model_type", "").startswith("metaclip_2") else (
+        "CLIP", "CLIP")
     if "classifier.weight" in tensors:
-        raise UserError(f"{where} is a CLIPForImageClassification checkpoint: its classifier reads the mean of the "
-                        f"patch tokens before any LayerNorm, which keras-vit's ViT does not compute. Its vision "
-                        f"tower loads as a CLIPVisionModel (save model.vision_model).")
-    fields = _tower_fields(c, where, "CLIP")
+        raise UserError(f"{where} is a {classes}ForImageClassification checkpoint: its classifier reads the mean of "
+                        f"the patch tokens before any LayerNorm, which keras-vit's ViT does not compute. Its vision "
+                        f"tower loads as a {classes}VisionModel (save model.vision_model).")
+    fields = _tower_fields(c, where, family)
     heads = fields["num_heads"]
     prefix = _vision_prefix(tensors)
     e = prefix + "embeddings."
-    _require(tensors, e + "class_embedding", "the class embedding", where, "CLIP")
+    _require(tensors, e + "class_embedding", "the class embedding", where, family)
     table = {
         "embedding/kernel": (e + "patch_embedding.weight", CONV),
         "embedding/bias": (e + "patch_embedding.bias", None),  # transformers' CLIP has none
@@ -489,12 +494,12 @@ def _clip(c: dict, hf: dict, tensors: Dict[str, np.ndarray], where: str) -> Mapp
 
 
 def clip_vision_model(hf: dict, tensors: Dict[str, np.ndarray], where: str) -> Mapped:
-    """CLIPVisionModel and CLIPVisionModelWithProjection."""
+    """CLIPVisionModel and CLIPVisionModelWithProjection (MetaClip2's too)."""
     return _clip(_settings(hf, _CLIP_DEFAULTS), hf, tensors, where)
 
 
 def clip(hf: dict, tensors: Dict[str, np.ndarray], where: str) -> Mapped:
-    """A full CLIPModel: its vision tower and visual projection."""
+    """A full CLIPModel (or MetaClip2Model): its vision tower and visual projection."""
     return _clip(_settings(_vision_config(hf), _CLIP_DEFAULTS), hf, tensors, where)
 
 
@@ -509,6 +514,9 @@ FAMILIES: Dict[str, Callable[[dict, Dict[str, np.ndarray], str], Mapped]] = {
     "siglip": siglip,
     "clip_vision_model": clip_vision_model,
     "clip": clip,
+    # MetaClip2VisionConfig and MetaClip2Config have CLIP's defaults (transformers 5.24).
+    "metaclip_2_vision_model": clip_vision_model,
+    "metaclip_2": clip,
 }
 FAMILY_MODEL_TYPES = frozenset(FAMILIES)
 
