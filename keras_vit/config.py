@@ -27,9 +27,10 @@ POSITION_INTERPOLATIONS = ("linear", "bicubic", "bicubic_antialias")
 # What pixels a model's weights expect (keras_vit.images.NORMALIZATIONS).
 PIXEL_NORMALIZATIONS = ("minus_one_to_one", "imagenet", "clip")
 # How patch positions reach the encoder (the paper's Appendix D.4, plus the
-# fixed sin-cos table of MAE / big_vision). Only "learned_1d" fits the
-# official checkpoint layout; the others are saved as `.keras` files.
-POSITION_EMBEDDINGS = ("learned_1d", "learned_2d", "sincos_2d", "relative", "none")
+# fixed sin-cos table of MAE / big_vision, DINOv3's rotary embedding). Only
+# "learned_1d" fits the official checkpoint layout; the others are saved as
+# `.keras` files (and "rope" read from DINOv3 checkpoints).
+POSITION_EMBEDDINGS = ("learned_1d", "learned_2d", "sincos_2d", "relative", "rope", "none")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -105,8 +106,11 @@ class ViTConfig:
             each, concatenated), "sincos_2d" (fixed sin-cos of the column
             and row, as in MAE and big_vision; no weights, any resolution),
             "relative" (a learned per-head bias of the attention logits for
-            each 2-D offset between patches, in every block) or "none" (a
-            bag of patches).
+            each 2-D offset between patches, in every block), "rope" (DINOv3's
+            2-D rotary embedding: every block turns the patch tokens' queries
+            and keys by angles of their centre in [-1, 1] per axis; no weights,
+            any size or aspect ratio; keras_vit.layers.RotaryEmbedding2D) or
+            "none" (a bag of patches).
         num_register_tokens: DINOv2's registers: learned tokens after the
             class token, added after the position embedding (unpositioned).
         distillation_token: DeiT's second prefix token (positioned).
@@ -131,6 +135,8 @@ class ViTConfig:
             "minus_one_to_one" (the paper's and SigLIP's [-1, 1]),
             "imagenet" (DeiT, DINOv2: ImageNet mean/std) or "clip" (CLIP's
             mean/std); keras_vit.images.NORMALIZATIONS holds the numbers.
+        rope_theta: the base of the rotary embedding's frequencies (DINOv3's
+            100); read only with position_embedding="rope".
     """
 
     patch_size: int
@@ -159,6 +165,7 @@ class ViTConfig:
     projection_size: Optional[int] = None
     position_interpolation: str = "linear"
     pixel_normalization: str = "minus_one_to_one"
+    rope_theta: float = 100.0
 
     def __post_init__(self):
         if isinstance(self.resnet, dict):
@@ -191,9 +198,24 @@ class ViTConfig:
         if self.hidden_size % divisor:
             raise UserError(f"position_embedding={self.position_embedding!r} needs hidden_size divisible by "
                             f"{divisor}, got {self.hidden_size}: change hidden_size or the position embedding.")
+        self._check_rope()
         self._check_family_fields()
         object.__setattr__(self, "layer_norm_epsilon", float(self.layer_norm_epsilon))
         object.__setattr__(self, "gelu_approximate", bool(self.gelu_approximate))
+
+    def _check_rope(self):
+        if self.position_embedding != "rope":
+            return
+        head_dim = self.hidden_size // self.num_heads
+        if head_dim % 4:
+            raise UserError(f"position_embedding='rope' turns each head's channels in 4 parts (2 axes x sin/cos "
+                            f"pairs): the head width hidden_size/num_heads = {head_dim} must be divisible by 4.")
+        if self.patch_dropout:
+            raise UserError("patch_dropout drops patch tokens, whose rotary angles follow the whole grid: use "
+                            "patch_dropout=0 with position_embedding='rope'.")
+        if not float(self.rope_theta) > 0:
+            raise UserError(f"ViTConfig.rope_theta must be positive, got {self.rope_theta!r}.")
+        object.__setattr__(self, "rope_theta", float(self.rope_theta))
 
     def _check_family_fields(self):
         for field, allowed in (("mlp_activation", MLP_ACTIVATIONS), ("final_norm", FINAL_NORMS),

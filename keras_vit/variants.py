@@ -40,6 +40,8 @@ _FAMILIES = {
                    pixel_normalization="imagenet"),
     "DINOv2-reg": dict(layer_scale_init=1.0, gelu_approximate=False, num_register_tokens=4,
                        position_interpolation="bicubic_antialias", pixel_normalization="imagenet"),
+    "DINOv3": dict(layer_scale_init=1.0, gelu_approximate=False, num_register_tokens=4, position_embedding="rope",
+                   layer_norm_epsilon=1e-5, pixel_normalization="imagenet"),
     "SigLIP": dict(classifier="map", position_interpolation="bicubic"),
     "CLIP": dict(pre_norm=True, final_norm="pooled", patch_bias=False, mlp_activation="quick_gelu",
                  layer_norm_epsilon=1e-5, position_interpolation="bicubic", pixel_normalization="clip"),
@@ -88,6 +90,10 @@ VARIANTS: Dict[str, ViTConfig] = {
     "DINOv2-L/14": _vit("L", 14, family="DINOv2"),
     "DINOv2-reg-S/14": _vit("S", 14, family="DINOv2-reg"),
     "DINOv2-reg-B/14": _vit("B", 14, family="DINOv2-reg"),
+    # DINOv3's ViTs (facebook/dinov3-vit{s,b,l}16-pretrain-lvd1689m): rotary positions, 4 registers.
+    "DINOv3-S/16": _vit("S", 16, family="DINOv3"),
+    "DINOv3-B/16": _vit("B", 16, family="DINOv3"),
+    "DINOv3-L/16": _vit("L", 16, family="DINOv3"),
     "SigLIP-B/16": _vit("B", 16, family="SigLIP"),
     "CLIP-B/32": _vit("B", 32, family="CLIP", projection_size=512),
     "CLIP-B/16": _vit("B", 16, family="CLIP", projection_size=512),
@@ -151,7 +157,7 @@ def _architecture(config: ViTConfig):
     return (config.patch_size, config.hidden_size, config.mlp_dim, config.num_heads, config.num_layers,
             config.resnet, config.distillation_token, config.num_register_tokens,
             config.layer_scale_init is not None, config.mlp_activation, config.pre_norm, config.final_norm,
-            config.classifier == "map")
+            config.classifier == "map", config.position_embedding == "rope")
 
 
 def list_variants() -> List[str]:

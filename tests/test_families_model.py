@@ -28,6 +28,9 @@ FAMILIES = {
     "clip": dict(pre_norm=True, final_norm="pooled", patch_bias=False, mlp_activation="quick_gelu",
                  layer_norm_epsilon=1e-5, projection_size=20, pixel_normalization="clip",
                  position_interpolation="bicubic"),
+    # DINOv3: rotary positions instead of a table (head width 8), registers, LayerScale.
+    "dinov3": dict(position_embedding="rope", num_register_tokens=2, layer_scale_init=0.5, gelu_approximate=False,
+                   layer_norm_epsilon=1e-5, pixel_normalization="imagenet"),
 }
 
 
@@ -189,7 +192,7 @@ def test_an_unknown_feature_export_format_is_one_line_naming_the_known_ones(tmp_
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("family, dynamic", [("dinov2_reg_swiglu", False), ("clip", True)])
+@pytest.mark.parametrize("family, dynamic", [("dinov2_reg_swiglu", False), ("clip", True), ("dinov3", True)])
 def test_dense_features_export_to_saved_model_and_tflite(family, dynamic, tmp_path):
     from keras_vit.export.features import export_features
 

@@ -1,4 +1,4 @@
-"""ViT's relatives as a user meets them: a transformers DINOv2-with-registers,
+"""ViT's relatives as a user meets them: a transformers DINOv2-with-registers, DINOv3,
 DeiT-with-teacher or CLIP vision directory fine-tuned with `keras-vit train
 --weights DIR`, then predicted, inspected and exported from the run, every
 command exiting 0 on real photos (scikit-image's). Tiny random checkpoints
@@ -185,5 +185,62 @@ def test_every_recipe_starts_from_a_family_checkpoint(recipe, photos, dinov2, tm
     model = load_model(str(run))
     assert model.config.representation_size is None and model.num_prefix_tokens == 3
     # The run started from the checkpoint (a learning rate of 1e-6 moves nothing visibly).
+    registers = torch_model.embeddings.register_tokens.detach().numpy()
+    np.testing.assert_allclose(np.asarray(model.register_tokens.tokens), registers, atol=1e-3)
+
+
+@pytest.fixture(scope="module")
+def dinov3(tmp_path_factory):
+    """A DINOv3 directory (class + 2 registers, rotary positions, no key bias) and its torch model."""
+    checkpoint = tmp_path_factory.mktemp("checkpoints") / "dinov3"
+    config = transformers.DINOv3ViTConfig(**SMALL, num_register_tokens=2, layerscale_value=0.5)
+    return checkpoint, _saved(transformers.DINOv3ViTModel(config), 3, checkpoint)
+
+
+def test_dinov3_at_its_own_aspect_ratio_trains_predicts_inspects_and_exports(photos, dinov3, tmp_path, capsys):
+    import keras_vit
+    from keras_vit.images import model_inputs
+
+    checkpoint, torch_model = dinov3
+    # Any size without a rebuild: a 32 x 48 photo through the dynamic model gives transformers' pooled token.
+    model = keras_vit.from_pretrained(str(checkpoint), dynamic_image_size=True)
+    pixels = np.asarray(Image.open(photos / "coffee" / "0.jpg").resize((48, 32), Image.BILINEAR), np.float32)[None]
+    normalised = (pixels / 255 - np.array([0.485, 0.456, 0.406])) / np.array([0.229, 0.224, 0.225])
+    with torch.no_grad():
+        want = torch_model(pixel_values=torch.from_numpy(normalised.transpose(0, 3, 1, 2).astype(np.float32)))
+    np.testing.assert_allclose(np.asarray(model(model_inputs(model, pixels))), want.pooler_output.numpy(), atol=2e-4)
+
+    run = tmp_path / "run"
+    results = _train(["--weights", str(checkpoint), "--dataset", f"folder:{photos}"], run, capsys, steps=3)
+    assert results["steps"] == 3 and np.isfinite(results["eval"]["loss"])
+    assert main(["predict", str(run), str(photos / "chelsea" / "0.jpg"), "--json", "--no-progress"]) == 0
+    (predicted,) = [json.loads(line) for line in capsys.readouterr().out.splitlines() if line.startswith("{")]
+    assert sorted(predicted["labels"]) == sorted(CLASSES)
+    figures = tmp_path / "figures"
+    assert main(["inspect", str(run), "--image", str(photos / "chelsea" / "0.jpg"), "--out", str(figures)]) == 0
+    capsys.readouterr()
+    assert (figures / "rollout.png").exists()
+    formats = "saved_model,tflite" if importlib.util.find_spec("ai_edge_litert") else "saved_model"
+    code = main(["export", str(run), "--formats", formats, "--data", str(photos), "--out", str(tmp_path / "exports"),
+                 "--latency-runs", "2"])
+    out = capsys.readouterr()
+    assert code == 0 and "export passed" in out.out, out.err[-3000:]
+
+
+@pytest.mark.parametrize("recipe", ["finetune_ld", "masked_patch"])
+def test_dinov3_starts_the_recipes_that_read_its_parts(recipe, photos, dinov3, tmp_path, capsys):
+    # Layer decay reads the parts (the rotary embedding has no weights to place); masked patch
+    # prediction calls the encoder itself, with the angles of the images' grid.
+    from keras_vit.runs import load_model
+
+    checkpoint, torch_model = dinov3
+    run = tmp_path / "run"
+    code = main(["train", "--weights", str(checkpoint), "--dataset", f"folder:{photos}", "--recipe", recipe,
+                 "--steps", "2", "--batch-size", "4", "--image-size", "32", "--warmup-steps", "1",
+                 "--learning-rate", "1e-6", "--workdir", str(run), "--no-progress", "--strategy", "default",
+                 "--no-jit"])
+    assert code == 0, capsys.readouterr().err[-3000:]
+    model = load_model(str(run))
+    assert model.config.position_embedding == "rope" and model.num_prefix_tokens == 3
     registers = torch_model.embeddings.register_tokens.detach().numpy()
     np.testing.assert_allclose(np.asarray(model.register_tokens.tokens), registers, atol=1e-3)

@@ -1,5 +1,5 @@
 """ViT's relatives in HF transformers (DeiT, DINOv2 with and without
-registers, the SigLIP, CLIP and MetaCLIP 2 vision towers) against transformers itself:
+registers, DINOv3, the SigLIP, CLIP and MetaCLIP 2 vision towers) against transformers itself:
 small random models with odd sizes (48 wide, 3 heads, MLP 80, 5 classes),
 every weight perturbed (LayerNorms, LayerScale, tokens and position tables
 included), written by their own save_pretrained, load with
@@ -104,6 +104,15 @@ CASES = {
             transformers.Dinov2WithRegistersConfig(**small(28, 7), mlp_ratio=2, num_register_tokens=3,
                                                    num_labels=CLASSES)),
         attribute("logits"), True, 28, 7),
+    # DINOv3: rotary positions (no table: "always" interpolates), registers, LayerScale, no key bias.
+    "dinov3": (
+        lambda: transformers.DINOv3ViTModel(transformers.DINOv3ViTConfig(
+            **small(intermediate_size=MLP), num_register_tokens=3, layerscale_value=0.3)),
+        attribute("pooler_output"), True, 32, 4),
+    "dinov3_gated": (
+        lambda: transformers.DINOv3ViTModel(transformers.DINOv3ViTConfig(
+            **small(28, 7, intermediate_size=MLP), use_gated_mlp=True, hidden_act="silu", rope_theta=50.0)),
+        attribute("pooler_output"), True, 28, 7),
     "siglip_vision": (
         lambda: transformers.SiglipVisionModel(transformers.SiglipVisionConfig(**small(intermediate_size=MLP))),
         attribute("pooler_output"), False, 32, 4),
@@ -160,6 +169,10 @@ FIELDS = {
     "dinov2_registers": dict(classifier="token", num_register_tokens=3, mlp_dim=4 * D,
                              position_interpolation="bicubic_antialias"),
     "dinov2_registers_classifier": dict(classifier="token_gap", num_register_tokens=3, mlp_dim=2 * D),
+    "dinov3": dict(classifier="token", position_embedding="rope", rope_theta=100.0, num_register_tokens=3,
+                   layer_scale_init=0.3, mlp_dim=MLP, mlp_activation="gelu", gelu_approximate=False,
+                   layer_norm_epsilon=1e-5, pixel_normalization="imagenet"),
+    "dinov3_gated": dict(mlp_activation="swiglu", mlp_dim=MLP, num_register_tokens=0, rope_theta=50.0, patch_size=7),
     "siglip_vision": dict(classifier="map", layer_norm_epsilon=1e-6, gelu_approximate=True, mlp_activation="gelu",
                           final_norm="tokens", position_interpolation="bicubic",
                           pixel_normalization="minus_one_to_one"),
@@ -202,7 +215,9 @@ def expected_shapes(c, grid, num_classes):
     p, mlp, head_dim = c.patch_size, c.mlp_dim, D // HEADS
     classifier = c.classifier
     positioned = int(classifier in ("token", "token_gap")) + int(c.distillation_token)
-    shapes = {"embedding/kernel": (p, p, 3, D), POSEMB_KEY: (1, positioned + grid, D)}
+    shapes = {"embedding/kernel": (p, p, 3, D)}
+    if c.position_embedding != "rope":
+        shapes[POSEMB_KEY] = (1, positioned + grid, D)
     if c.patch_bias:
         shapes["embedding/bias"] = (D,)
     if classifier in ("token", "token_gap"):
@@ -316,6 +331,15 @@ def test_values_and_layouts(tmp_path):
     np.testing.assert_array_equal(p["Transformer/encoderblock_1/ls2/scale"],
                                   t["dinov2.encoder.layer.1.layer_scale2.lambda1"])
 
+    _, directory = saved(tmp_path, "dinov3_gated")
+    hf, t = read(directory)
+    p = map_family(hf, t, "dinov3").params
+    assert "layer.0.attention.k_proj.bias" not in t  # key_bias=False: a zero bias, which computes the same
+    np.testing.assert_array_equal(p["Transformer/encoderblock_0/MultiHeadDotProductAttention_1/key/bias"], 0)
+    np.testing.assert_array_equal(p["Transformer/encoderblock_1/MlpBlock_3/Dense_0/kernel"],  # the gate, then up
+                                  np.concatenate([t["layer.1.mlp.gate_proj.weight"], t["layer.1.mlp.up_proj.weight"]]).T)
+    assert POSEMB_KEY not in p and "embeddings.mask_token" in t and "embeddings.mask_token" not in p
+
     _, directory = saved(tmp_path, "clip_vision_projection")
     hf, t = read(directory)
     p = map_family(hf, t, "clip").params
@@ -360,7 +384,8 @@ def test_defaults_are_transformers(tmp_path):
                              (transformers.Dinov2WithRegistersConfig(), hf_families._DINOV2_REGISTERS_DEFAULTS),
                              (transformers.SiglipVisionConfig(), hf_families._SIGLIP_DEFAULTS),
                              (transformers.CLIPVisionConfig(), hf_families._CLIP_DEFAULTS),
-                             (transformers.MetaClip2VisionConfig(), hf_families._CLIP_DEFAULTS)):
+                             (transformers.MetaClip2VisionConfig(), hf_families._CLIP_DEFAULTS),
+                             (transformers.DINOv3ViTConfig(), hf_families._DINOV3_DEFAULTS)):
         for field, value in defaults.items():
             if value is not None:  # None: derived (DeiT's pooler_output_size is hidden_size)
                 assert getattr(config, field) == value, (type(config).__name__, field)
@@ -371,6 +396,8 @@ def test_defaults_are_transformers(tmp_path):
     ("dinov2", {"hidden_act": "relu"}, "hidden_act='relu'"),
     ("dinov2", {"patch_size": [7, 14]}, "non-square patches"),
     ("clip_vision", {"head_dim": 8}, "head_dim=8"),
+    ("dinov3", {"value_bias": False}, "value_bias=False"),
+    ("dinov3_gated", {"hidden_act": "gelu"}, "gated MLP with hidden_act='gelu'"),
 ])
 def test_what_cannot_be_expressed_is_refused_in_one_line(tmp_path, name, change, match):
     _, directory = saved(tmp_path, name)
@@ -453,7 +480,7 @@ def test_features_of_a_classifier(tmp_path, name, features):
 # One case per family at another size, and the registers' antialiased resize both ways.
 RESIZED = [("deit_teacher", 44), ("dinov2_swiglu_classifier", 44), ("dinov2", 42),
            ("dinov2_registers", 44), ("dinov2_registers", 24), ("siglip_vision", 40),
-           ("clip_vision_projection", (36, 44))]
+           ("clip_vision_projection", (36, 44)), ("dinov3", (24, 40)), ("dinov3_gated", 21)]
 
 
 @pytest.mark.parametrize("name,size", RESIZED)

@@ -41,6 +41,7 @@ FAMILIES = {
     "siglip": dict(classifier="map"),
     "clip": dict(pre_norm=True, final_norm="pooled", patch_bias=False, projection_size=12),
     "relative": dict(position_embedding="relative"),
+    "dinov3": dict(position_embedding="rope", num_register_tokens=2, layer_scale_init=1.0),  # no position weights
     "hybrid": dict(patch_size=1, resnet=keras_vit.ResNetConfig(num_layers=(1, 1))),
 }
 

@@ -57,6 +57,11 @@ FAMILY_COUNTS = {
     "DINOv2-L/14": 303_227_904,
     "DINOv2-reg-S/14": 21_630_336,
     "DINOv2-reg-B/14": 85_728_000,
+    # DINOv3ViTModel's count less its mask token, plus a zero key bias per block (key_bias=False
+    # in transformers: keras_vit's blocks hold one, loaded as zeros), counted 2026-11-26.
+    "DINOv3-S/16": 21_600_768,
+    "DINOv3-B/16": 85_668_864,
+    "DINOv3-L/16": 303_153_152,
     "SigLIP-B/16": 92_884_224,
     "CLIP-B/32": 87_849_216,
     "CLIP-B/16": 86_192_640,

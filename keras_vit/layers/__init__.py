@@ -17,6 +17,7 @@ from keras_vit.layers.position_embedding import PositionEmbedding
 from keras_vit.layers.position_embedding_2d import PositionEmbedding2D
 from keras_vit.layers.relative_position_bias import RelativePositionBias
 from keras_vit.layers.resnet import BottleneckUnit, ResNetStem
+from keras_vit.layers.rotary import RotaryEmbedding2D
 from keras_vit.layers.sincos_position_embedding import SinCosPositionEmbedding2D, sincos_2d_table
 from keras_vit.layers.std_conv import StdConv2D
 from keras_vit.layers.stochastic_depth import StochasticDepth

@@ -7,6 +7,7 @@ from keras import ops
 
 from keras_vit.layers.position_embedding_2d import grid_tuple
 from keras_vit.layers.relative_position_bias import RelativePositionBias
+from keras_vit.layers.rotary import rotate
 from keras_vit.layers.stochastic_depth import seed_generators_of
 
 
@@ -28,6 +29,10 @@ class MultiHeadSelfAttention(keras.layers.Layer):
             both paths. None (default): no bias.
         num_prefix_tokens: tokens before the grid (1 with a class token),
             for the relative bias.
+
+    `call(x, rope=(cos, sin))` turns the queries and keys of the patch tokens
+    (those after `num_prefix_tokens`) by the angles of RotaryEmbedding2D
+    (position_embedding="rope"); the prefix tokens are not turned.
 
     `call(x, return_attention_scores=True)` also returns the probabilities
     (B, heads, N, N). The fast path uses `keras.ops.dot_product_attention`
@@ -88,8 +93,10 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         """The random state of this layer's dropout (what EncoderBlock's remat rewinds)."""
         return seed_generators_of(self.dropout)
 
-    def call(self, x, training=False, return_attention_scores=False):
+    def call(self, x, training=False, return_attention_scores=False, rope=None):
         q, k, v = self.query(x), self.key(x), self.value(x)  # each (B, N, heads, head_dim)
+        if rope is not None:
+            q, k = self._rotated(q, *rope), self._rotated(k, *rope)
         # (1, heads, N, N), added after the 1/sqrt(head_dim) scaling in both paths.
         bias = self.relative_position_bias(x) if self.relative_position_bias is not None else None
         explicit = return_attention_scores or (training and self.attention_dropout_rate > 0)
@@ -105,6 +112,10 @@ class MultiHeadSelfAttention(keras.layers.Layer):
                 q, k, v, bias=None if bias is None else ops.cast(bias, q.dtype))  # (B, N, heads, head_dim)
         y = self.out(context)  # (B, N, D)
         return (y, probs) if return_attention_scores else y
+
+    def _rotated(self, x, cos, sin):
+        prefix = self.num_prefix_tokens
+        return ops.concatenate([x[:, :prefix], rotate(x[:, prefix:], cos, sin)], axis=1)
 
     def compute_output_shape(self, input_shape):
         return input_shape

@@ -72,14 +72,15 @@ class Encoder(keras.layers.Layer):
         if self.encoder_norm is not None:
             self.encoder_norm.build(input_shape)
 
-    def call(self, x, training=False, return_attention_scores=False, return_block_outputs=False):
+    def call(self, x, training=False, return_attention_scores=False, return_block_outputs=False, rope=None):
+        """rope: the (cos, sin) of RotaryEmbedding2D, for every block (position_embedding="rope")."""
         scores, block_outputs = [], []
         for block in self.blocks:
             if return_attention_scores:
-                x, block_scores = block(x, training=training, return_attention_scores=True)
+                x, block_scores = block(x, training=training, return_attention_scores=True, rope=rope)
                 scores.append(block_scores)
             else:
-                x = block(x, training=training)
+                x = block(x, training=training, rope=rope)
             block_outputs.append(x)
         if self.encoder_norm is not None:
             x = self.encoder_norm(x)

@@ -81,12 +81,13 @@ class EncoderBlock(keras.layers.Layer):
     # for memory; not part of the config: it changes no output or gradient.
     rematerialize = False
 
-    def call(self, x, training=False, return_attention_scores=False):
+    def call(self, x, training=False, return_attention_scores=False, rope=None):
+        """rope: the (cos, sin) of RotaryEmbedding2D for a position_embedding="rope" model."""
         if self.rematerialize and training and not return_attention_scores:
-            return self._rematerialized_call(x)
-        return self._residual_branches(x, training, return_attention_scores)
+            return self._rematerialized_call(x, rope)
+        return self._residual_branches(x, training, return_attention_scores, rope)
 
-    def _rematerialized_call(self, x):
+    def _rematerialized_call(self, x, rope=None):
         """The block keeps only its input for the backward pass, which runs
         the block's forward again (keras.remat) instead of holding the
         attention probabilities and MLP activations of every block.
@@ -101,19 +102,22 @@ class EncoderBlock(keras.layers.Layer):
         states = [generator.state for generator in self.seed_generators]
         start = [state.value for state in states]
 
-        def forward(x, *start):
-            for state, value in zip(states, start):
+        angles = () if rope is None else tuple(rope)
+
+        def forward(x, *inputs):
+            rope_now, start_now = (inputs[:2], inputs[2:]) if angles else (None, inputs)
+            for state, value in zip(states, start_now):
                 state.assign(value)
-            return self._residual_branches(x, True, False)
+            return self._residual_branches(x, True, False, rope_now)
 
-        return keras.remat(forward)(x, *start)
+        return keras.remat(forward)(x, *angles, *start)
 
-    def _residual_branches(self, x, training, return_attention_scores):
+    def _residual_branches(self, x, training, return_attention_scores, rope=None):
         y = self.attention_norm(x)
         if return_attention_scores:
-            y, scores = self.attention(y, training=training, return_attention_scores=True)
+            y, scores = self.attention(y, training=training, return_attention_scores=True, rope=rope)
         else:
-            y = self.attention(y, training=training)
+            y = self.attention(y, training=training, rope=rope)
         y = self.dropout(y, training=training)
         if self.attention_scale is not None:
             y = self.attention_scale(y)

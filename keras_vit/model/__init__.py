@@ -9,4 +9,4 @@ from keras_vit.model.description import (  # noqa: F401
     MODEL_RANGE, PIXEL_RANGE, PIXELS_ABOVE, PROBABILITY_ACTIVATIONS, activation_name)
 from keras_vit.model.readout import (  # noqa: F401
     block_indices, embedding_of_pooled, head_layers, pooled_embedding, read_out, read_pooled)
-from keras_vit.model.vit import PARTS, ViT, embed_images, preprocess_input  # noqa: F401
+from keras_vit.model.vit import PARTS, ViT, block_inputs, embed_images, preprocess_input  # noqa: F401

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import keras
 
-from keras_vit.model import ViT, block_indices, embed_images
+from keras_vit.model import ViT, block_indices, block_inputs, embed_images
 
 
 def feature_model(model: ViT, indices=None, output_format="NHWC", norm=False, name=None) -> keras.Model:
@@ -29,9 +29,10 @@ def feature_model(model: ViT, indices=None, output_format="NHWC", norm=False, na
     chosen = block_indices(model.config.num_layers, indices)
     images = keras.Input(model.inputs[0].shape[1:], name="images")
     x = embed_images(images, model)
+    inputs = block_inputs(images, model)
     outputs = {}
     for i, block in enumerate(model.encoder.blocks[:max(chosen) + 1]):
-        x = block(x)
+        x = block(x, **inputs)
         if i in chosen:
             # The model's own rule for a block's features (norm, prefix dropped, grid), named for the output.
             features = model.dense_features(x, images, output_format, norm)

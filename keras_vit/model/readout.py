@@ -45,7 +45,7 @@ class FeatureAPI:
         """
         out = {"embeddings": self.embed(images, training=training)}
         encoded = self.encoder(out["embeddings"], training=training, return_attention_scores=attention,
-                               return_block_outputs=True)
+                               return_block_outputs=True, **block_inputs(images, self))
         if attention:
             out["tokens"], out["attention"], out["blocks"] = encoded
         else:
@@ -79,9 +79,10 @@ class FeatureAPI:
         """
         chosen = block_indices(self.config.num_layers, indices)
         x = self.embed(images, training=training)
+        inputs = block_inputs(images, self)
         out = []
         for i, block in enumerate(self.encoder.blocks[:max(chosen) + 1]):
-            x = block(x, training=training)
+            x = block(x, training=training, **inputs)
             if i in chosen:
                 out.append(self.dense_features(x, images, output_format, norm, prefix_tokens))
         return out
@@ -112,6 +113,15 @@ class FeatureAPI:
         Built on first use and kept (cached_property writes the instance's
         __dict__, past Keras' attribute tracking: it is no part of the saved model)."""
         return keras.Model(self.inputs[0], self.encoder.output, name=f"{self.name}_backbone")
+
+
+def block_inputs(images, parts) -> dict:
+    """What every encoder block takes besides the tokens, for these images: the
+    rotary embedding's (cos, sin) of their grid in a position_embedding="rope"
+    model (`block(x, **block_inputs(images, model))`); nothing for the others."""
+    if parts.rotary_embedding is None:
+        return {}
+    return {"rope": parts.rotary_embedding(images)}
 
 
 def read_out(tokens, parts):

@@ -19,7 +19,7 @@ from keras_vit.errors import UserError
 from keras_vit.weights import parts as weight_parts
 from keras_vit.model.description import Description
 from keras_vit.model.guard import InputGuard
-from keras_vit.model.readout import FeatureAPI, read_out
+from keras_vit.model.readout import FeatureAPI, block_inputs, read_out
 
 
 def preprocess_input(images, normalization="minus_one_to_one"):
@@ -152,7 +152,7 @@ class ViT(InputGuard, Description, FeatureAPI, keras.Model):
         # === Functional model ===
         input_size = (None, None) if dynamic_image_size else (height, width)
         images = keras.Input((*input_size, int(num_channels)), name="images")
-        tokens = parts.encoder(embed_images(images, parts))
+        tokens = parts.encoder(embed_images(images, parts), **block_inputs(images, parts))
         outputs = read_out(tokens, parts)
         super().__init__(inputs=images, outputs=outputs, name=name or _default_name(config), **model_kwargs)
 
@@ -300,6 +300,10 @@ def _build_layers(config, grid, include_top, num_classes, classifier_activation,
     if config.distillation_token:
         parts["distillation_token"] = vit_layers.InsertTokens(1, offset=1, name="dist_token")
     parts["position_embedding"] = _position_embedding(config, grid, stride if dynamic_image_size else None)
+    if config.position_embedding == "rope":
+        parts["rotary_embedding"] = vit_layers.RotaryEmbedding2D(
+            config.hidden_size // config.num_heads, stride, config.rope_theta, pad=dynamic_image_pad,
+            name="rotary_embedding")
     if config.num_register_tokens:
         parts["register_tokens"] = vit_layers.InsertTokens(config.num_register_tokens, offset=positioned,
                                                            name="reg_tokens")

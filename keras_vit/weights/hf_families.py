@@ -1,6 +1,7 @@
 """HF transformers checkpoints of ViT and its relatives: ViT itself, DeiT,
-DINOv2 (with and without registers), and the vision towers of SigLIP, CLIP and
-MetaCLIP 2 (CLIP's architecture and file layout under its own model_type).
+DINOv2 (with and without registers), DINOv3 (rotary positions), and the vision
+towers of SigLIP, CLIP and MetaCLIP 2 (CLIP's architecture and file layout under
+its own model_type).
 
 Each is the ViT encoder with a few knobs turned (ViTConfig's
 distillation_token, num_register_tokens, layer_scale_init, mlp_activation,
@@ -350,6 +351,88 @@ def dinov2_with_registers(hf: dict, tensors: Dict[str, np.ndarray], where: str) 
     return _dinov2(hf, tensors, where, registers=True)
 
 
+# --- DINOv3: registers, LayerScale, rotary positions instead of a table ---
+
+# DINOv3ViTConfig's defaults (transformers 5.24).
+_DINOV3_DEFAULTS = dict(hidden_size=384, num_hidden_layers=12, num_attention_heads=6, intermediate_size=1536,
+                        hidden_act="gelu", layer_norm_eps=1e-5, image_size=224, patch_size=16, num_channels=3,
+                        rope_theta=100.0, query_bias=True, key_bias=False, value_bias=True, proj_bias=True,
+                        mlp_bias=True, layerscale_value=1.0, use_gated_mlp=False, num_register_tokens=0)
+_DINOV3_BLOCK = dict(query="attention.q_proj", key="attention.k_proj", value="attention.v_proj",
+                     out="attention.o_proj", norm1="norm1", norm2="norm2", fc1="mlp.up_proj", fc2="mlp.down_proj",
+                     ls1="layer_scale1.lambda1", ls2="layer_scale2.lambda1")
+
+
+def _dinov3_tensors(tensors: Dict[str, np.ndarray], blocks: str, layers: int, hidden: int,
+                    gated: bool) -> Dict[str, np.ndarray]:
+    """DINOv3's tensors in the shapes the block rules read.
+
+    A missing key bias (key_bias=False, every published DINOv3) is a zero bias, which computes
+    the same: it adds q.b to every logit of a query alike, and the softmax ignores that (its
+    gradient is zero too, so fine-tuning leaves it at zero). The gated MLP's gate_proj and
+    up_proj are one Dense of twice the width, the gate first (mlp_activation="swiglu")."""
+    tensors = dict(tensors)
+    for i in range(layers):
+        block = f"{blocks}{i}."
+        tensors.setdefault(block + "attention.k_proj.bias", np.zeros((hidden,), np.float32))
+        if gated:
+            for leaf in ("weight", "bias"):
+                gate, up = tensors.pop(f"{block}mlp.gate_proj.{leaf}", None), tensors.pop(f"{block}mlp.up_proj.{leaf}", None)
+                if gate is not None and up is not None:
+                    tensors[f"{block}mlp.up_proj.{leaf}"] = np.concatenate([gate, up], axis=0)
+    return tensors
+
+
+def dinov3_vit(hf: dict, tensors: Dict[str, np.ndarray], where: str) -> Mapped:
+    """DINOv3ViTModel (and DINOv3ViTBackbone's weights): features = pooler_output, the class
+    token after the final LayerNorm; plain or gated MLP, with or without registers."""
+    c = _settings(hf, _DINOV3_DEFAULTS)
+    hidden, heads = _check_attention(c, where)
+    for flag in ("query_bias", "value_bias", "proj_bias", "mlp_bias"):
+        if not c[flag]:
+            raise UserError(f"{where} has {flag}=False; keras-vit's DINOv3 blocks have these biases (a checkpoint "
+                            f"without them would need them fixed at zero, which keras-vit does not do).")
+    gated = bool(c["use_gated_mlp"])
+    if gated:
+        # DINOv3ViTGatedMLP is act(x W_gate) * (x W_up): SwiGLU when the activation is silu.
+        if c["hidden_act"] not in ("silu", "swish"):
+            raise UserError(f"{where} has a gated MLP with hidden_act={c['hidden_act']!r}; keras-vit's gated MLP "
+                            f"is SwiGLU (hidden_act='silu').")
+        mlp_activation, gelu_approximate = "swiglu", False
+    else:
+        mlp_activation, gelu_approximate = _activation(c, where)
+    e = "embeddings."
+    _require(tensors, e + "cls_token", "the class token", where, "DINOv3")
+    layers = int(c["num_hidden_layers"])
+    # On disk the blocks are "layer.N." (transformers 4.56, which published DINOv3, and what
+    # transformers 5 still writes); its in-memory modules say "model.layer.N.".
+    blocks = "model.layer." if any(k.startswith("model.layer.") for k in tensors) else "layer."
+    tensors = _dinov3_tensors(tensors, blocks, layers, hidden, gated)
+    table = {
+        "cls": (e + "cls_token", None),
+        "embedding/kernel": (e + "patch_embeddings.weight", CONV),
+        "embedding/bias": (e + "patch_embeddings.bias", None),
+        "reg_tokens": (e + "register_tokens", None),
+    }
+    torch_norm(table, ENCODER_NORM, "norm")
+    for i in range(layers):
+        torch_block(table, i, f"{blocks}{i}.", _DINOV3_BLOCK, heads)
+    registers = e + "register_tokens"
+    num_registers = int(tensors[registers].shape[-2]) if registers in tensors else 0
+    # embeddings.mask_token is for masked pre-training only (bool_masked_pos), as DINOv2's; a
+    # DINOv3ViTModel folder with no registers still saves an empty (1, 0, D) register_tokens.
+    unused = {e + "mask_token"} | ({registers} if not num_registers else set())
+    params = rename(_drop(tensors, lambda k: _is_buffer(k) or k in unused), table)
+    fields = dict(
+        patch_size=_patch_size(c, where), hidden_size=hidden, mlp_dim=int(c["intermediate_size"]), num_heads=heads,
+        num_layers=layers, classifier="token", layer_norm_epsilon=float(c["layer_norm_eps"]),
+        gelu_approximate=gelu_approximate, mlp_activation=mlp_activation, num_register_tokens=num_registers,
+        layer_scale_init=float(c["layerscale_value"]), position_embedding="rope",
+        rope_theta=float(c["rope_theta"]), pixel_normalization="imagenet",
+    )
+    return Mapped(fields, params, _side(c["image_size"], "image_size", where), None, int(c["num_channels"]))
+
+
 # --- CLIP and SigLIP vision towers ---
 
 _TOWER_BLOCK = dict(query="self_attn.q_proj", key="self_attn.k_proj", value="self_attn.v_proj",
@@ -510,6 +593,7 @@ FAMILIES: Dict[str, Callable[[dict, Dict[str, np.ndarray], str], Mapped]] = {
     "deit": deit,
     "dinov2": dinov2,
     "dinov2_with_registers": dinov2_with_registers,
+    "dinov3_vit": dinov3_vit,
     "siglip_vision_model": siglip_vision_model,
     "siglip": siglip,
     "clip_vision_model": clip_vision_model,

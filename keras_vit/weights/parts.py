@@ -43,7 +43,7 @@ CLASSIFIER_ROOTS = tuple(root for root, group in _ROOTS.items() if group == CLAS
 # ViT's layer handles (model.PARTS) -> their group; "encoder" holds the blocks and the final norm.
 HANDLES = {
     "preprocessing": STEM, "padding": STEM, "resnet": STEM, "patch_embedding": STEM, "class_token": STEM,
-    "distillation_token": STEM, "position_embedding": STEM, "register_tokens": STEM,
+    "distillation_token": STEM, "position_embedding": STEM, "rotary_embedding": STEM, "register_tokens": STEM,
     "embedding_dropout": STEM, "pre_norm": STEM, "encoder": BLOCK,
     "pooling": READOUT, "pooled_norm": READOUT, "projection": READOUT, "pre_logits": READOUT,
     "head": CLASSIFIER,

@@ -35,7 +35,7 @@ from keras import ops
 
 from keras_vit import images as images_lib
 from keras_vit.layers.patch_corruption import PatchCorruption
-from keras_vit.model import ViT
+from keras_vit.model import ViT, block_inputs
 from keras_vit.training.tasks.base import Task
 from keras_vit.training.tasks.classification import ClassificationTask
 from keras_vit.training.tasks.metrics import top_k_hits
@@ -161,7 +161,8 @@ class MaskedPatchModel(keras.Model):
             tokens, corruption["corrupted"], corruption["kinds"] = self.corruption(tokens)
             return tokens
 
-        x = self.vit.encoder(self.vit.embed(images, training=training, patch_hook=corrupt), training=training)
+        x = self.vit.encoder(self.vit.embed(images, training=training, patch_hook=corrupt), training=training,
+                             **block_inputs(images, self.vit))
         x = x[:, self.vit.num_prefix_tokens:]  # the patch tokens (B, N, D): class/distillation/register tokens off
         return {"logits": self.colour_head(x), **corruption}
 

@@ -1,0 +1,122 @@
+"""DINOv3's 2-D rotary position embedding against numpy written from its definition:
+each patch's centre in [-1, 1] per axis, d/4 frequencies base^(-4k/d) per axis, and
+channel i paired with channel i + d/2 as the real and imaginary parts of a complex
+number turned by its angle (a formulation the layer does not use)."""
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import keras_vit
+from keras_vit.errors import UserError
+from keras_vit.layers import EncoderBlock, MultiHeadSelfAttention, RotaryEmbedding2D
+from keras_vit.layers.rotary import rotate
+from tests.layers import reference
+
+
+def angles_reference(rows, cols, head_dim, base=100.0):
+    """(rows * cols, d/2): the angle of each complex pair of each patch, row-major."""
+    quarter = head_dim // 4
+    frequencies = base ** (-4.0 * np.arange(quarter) / head_dim)
+    out = []
+    for r in range(rows):
+        for c in range(cols):
+            y, x = (r + 0.5) / rows * 2 - 1, (c + 0.5) / cols * 2 - 1
+            out.append(np.concatenate([2 * np.pi * y * frequencies, 2 * np.pi * x * frequencies]))
+    return np.array(out)
+
+
+def rotate_reference(x, angles):
+    """x (..., P, d): channel i and i + d/2 as one complex number, times exp(i angle)."""
+    half = x.shape[-1] // 2
+    z = (x[..., :half] + 1j * x[..., half:]) * np.exp(1j * angles)
+    return np.concatenate([z.real, z.imag], axis=-1)
+
+
+@pytest.mark.parametrize("size, stride, pad", [((24, 40), 8, False), ((20, 36), 8, True)])
+def test_angles_match_the_definition(size, stride, pad):
+    layer = RotaryEmbedding2D(head_dim=16, stride=stride, pad=pad)
+    cos, sin = layer(np.zeros((1, *size, 3), "float32"))
+    rows, cols = (-(-size[0] // stride), -(-size[1] // stride)) if pad else (size[0] // stride, size[1] // stride)
+    angles = angles_reference(rows, cols, 16)
+    np.testing.assert_allclose(np.asarray(cos), np.cos(np.concatenate([angles, angles], -1)), atol=1e-6)
+    np.testing.assert_allclose(np.asarray(sin), np.sin(np.concatenate([angles, angles], -1)), atol=1e-6)
+
+
+def test_rotation_matches_the_complex_form_and_keeps_norms(rng):
+    x = rng.normal(size=(2, 12, 3, 16)).astype("float32")
+    cos, sin = RotaryEmbedding2D(16, 4)(np.zeros((1, 12, 16, 3), "float32"))
+    turned = np.asarray(rotate(x, cos, sin))
+    expected = rotate_reference(x.transpose(0, 2, 1, 3), angles_reference(3, 4, 16)[None, None]).transpose(0, 2, 1, 3)
+    np.testing.assert_allclose(turned, expected, atol=1e-5)
+    np.testing.assert_allclose(np.linalg.norm(turned, axis=-1), np.linalg.norm(x, axis=-1), rtol=1e-5)
+
+
+def test_a_query_key_score_depends_on_the_offset_only(rng):
+    # Two pairs of patches one row down and two columns right of each other: the same score.
+    q, k = rng.normal(size=(2, 1, 1, 1, 8)).astype("float32")
+    cos, sin = RotaryEmbedding2D(8, 4)(np.zeros((1, 16, 16, 3), "float32"))
+    at = lambda v, patch: np.asarray(rotate(v, cos[patch:patch + 1], sin[patch:patch + 1]))[0, 0, 0]  # noqa: E731
+    score = lambda a, b: float(at(q[0], a) @ at(k[0], b))  # noqa: E731
+    assert score(0, 6) == pytest.approx(score(5, 11), rel=1e-5)  # (0,0)-(1,2) and (1,1)-(2,3)
+    assert score(0, 6) != pytest.approx(score(0, 9), rel=1e-3)  # (0,0)-(2,1): another offset
+
+
+def test_attention_turns_the_patch_tokens_queries_and_keys_only(rng):
+    layer = MultiHeadSelfAttention(num_heads=2, num_prefix_tokens=2)
+    x = rng.normal(size=(2, 2 + 6, 16)).astype("float32")
+    layer.build(x.shape)
+    layer.set_weights([rng.normal(size=w.shape).astype("float32") * 0.3 for w in layer.get_weights()])
+    rope = RotaryEmbedding2D(8, 4)(np.zeros((1, 8, 12, 3), "float32"))  # a 2 x 3 grid
+    wq, bq, wk, bk, wv, bv, wo, bo = [np.asarray(v) for sub in (layer.query, layer.key, layer.value, layer.out)
+                                      for v in (sub.kernel, sub.bias)]
+    q = np.einsum("bnd,dhk->bhnk", x, wq) + bq[None, :, None, :]
+    k = np.einsum("bnd,dhk->bhnk", x, wk) + bk[None, :, None, :]
+    v = np.einsum("bnd,dhk->bhnk", x, wv) + bv[None, :, None, :]
+    angles = angles_reference(2, 3, 8)[None, None]
+    q[:, :, 2:], k[:, :, 2:] = rotate_reference(q[:, :, 2:], angles), rotate_reference(k[:, :, 2:], angles)
+    probs = reference.softmax(q @ k.transpose(0, 1, 3, 2) / np.sqrt(8))
+    expected = np.einsum("bhnk,hkd->bnd", probs @ v, wo) + bo
+    np.testing.assert_allclose(np.asarray(layer(x, rope=rope)), expected, atol=1e-4)
+    out, scores = layer(x, rope=rope, return_attention_scores=True)  # the explicit path: the same
+    np.testing.assert_allclose(np.asarray(scores), probs, atol=1e-5)
+    np.testing.assert_allclose(np.asarray(out), expected, atol=1e-4)
+
+
+def test_a_rematerialised_block_turns_the_same_and_gives_the_same_gradients(rng):
+    x = tf.constant(rng.normal(size=(2, 1 + 6, 16)).astype("float32"))
+    rope = RotaryEmbedding2D(8, 4)(np.zeros((1, 8, 12, 3), "float32"))
+    results, weights = [], None
+    for rematerialize in (False, True):
+        block = EncoderBlock(num_heads=2, mlp_dim=32, num_prefix_tokens=1)
+        block.build(x.shape)
+        weights = weights or [np.asarray(w) + rng.normal(scale=0.1, size=w.shape).astype("float32")
+                              for w in block.get_weights()]
+        block.set_weights(weights)
+        block.rematerialize = rematerialize
+        with tf.GradientTape() as tape:
+            y = block(x, training=True, rope=rope)
+            loss = tf.reduce_sum(y * tf.sin(y))
+        results.append((np.asarray(y), [np.asarray(g) for g in tape.gradient(loss, block.trainable_variables)]))
+    np.testing.assert_allclose(results[1][0], results[0][0], atol=1e-6)
+    for a, b in zip(results[0][1], results[1][1]):
+        np.testing.assert_allclose(b, a, atol=1e-5)
+    assert not np.allclose(results[0][0], np.asarray(block(x)), atol=1e-3)  # the angles change the block's output
+
+
+def test_config_round_trip_and_the_models_refusals():
+    layer = RotaryEmbedding2D(head_dim=12, stride=14, base=50.0, pad=True, name="rope")
+    config = layer.get_config()
+    clone = RotaryEmbedding2D.from_config(config)
+    assert clone.get_config() == config
+    images = np.zeros((1, 30, 44, 3), "float32")
+    for a, b in zip(layer(images), clone(images)):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    restored = keras.saving.deserialize_keras_object(keras.saving.serialize_keras_object(layer))
+    assert type(restored) is RotaryEmbedding2D and restored.get_config() == config
+    base = dict(patch_size=4, hidden_size=24, mlp_dim=32, num_heads=2, num_layers=1, position_embedding="rope")
+    with pytest.raises(UserError, match="head width hidden_size/num_heads = 6 must be divisible by 4"):
+        keras_vit.ViTConfig(**dict(base, hidden_size=12))
+    with pytest.raises(UserError, match="use patch_dropout=0 with position_embedding='rope'"):
+        keras_vit.ViTConfig(**base, patch_dropout=0.5)
