@@ -149,7 +149,7 @@ def test_ctrl_c_is_exit_130(monkeypatch, capsys):
 @pytest.mark.slow
 def test_a_bug_in_a_fresh_process_exits_1_with_the_report_line(tmp_path):
     # A real process, as a user meets it: the traceback on stderr, then the line to report.
-    script = ("import sys\nfrom keras_vit import cli, cli_variants\n"
+    script = ("import sys\nfrom keras_vit import cli\nfrom keras_vit.cli import variants as cli_variants\n"
               "cli_variants.run = lambda args: {}['missing']\n"
               "sys.exit(cli.main(['variants']))\n")
     done = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=60,
