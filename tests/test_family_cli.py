@@ -68,6 +68,18 @@ def _train(args, workdir, capsys, steps, jit=True):
     return json.loads((workdir / "results.json").read_text())
 
 
+def _recipe_run(checkpoint, recipe, photos, run, capsys):
+    """Two steps of `recipe` from `checkpoint` at a learning rate that moves nothing visibly; the run's model."""
+    from keras_vit.runs import load_model
+
+    code = main(["train", "--weights", str(checkpoint), "--dataset", f"folder:{photos}", "--recipe", recipe,
+                 "--steps", "2", "--batch-size", "4", "--image-size", "32", "--warmup-steps", "1",
+                 "--learning-rate", "1e-6", "--workdir", str(run), "--no-progress", "--strategy", "default",
+                 "--no-jit"])
+    assert code == 0, capsys.readouterr().err[-3000:]
+    return load_model(str(run))
+
+
 def test_dinov2_with_registers_trains_predicts_inspects_and_exports(photos, dinov2, tmp_path, capsys):
     import keras_vit
     from keras_vit.images import model_inputs
@@ -173,16 +185,8 @@ def test_every_recipe_starts_from_a_family_checkpoint(recipe, photos, dinov2, tm
     # Pre-training recipes keep the checkpoint's architecture (no untrained representation layer
     # on its features); masked patch prediction loads the encoder into the ViT it wraps. The step
     # without XLA, as the recipe x data matrix runs them (tests/test_recipe_matrix.py).
-    from keras_vit.runs import load_model
-
     checkpoint, torch_model = dinov2
-    run = tmp_path / "run"
-    code = main(["train", "--weights", str(checkpoint), "--dataset", f"folder:{photos}", "--recipe", recipe,
-                 "--steps", "2", "--batch-size", "4", "--image-size", "32", "--warmup-steps", "1",
-                 "--learning-rate", "1e-6", "--workdir", str(run), "--no-progress", "--strategy", "default",
-                 "--no-jit"])
-    assert code == 0, capsys.readouterr().err[-3000:]
-    model = load_model(str(run))
+    model = _recipe_run(checkpoint, recipe, photos, tmp_path / "run", capsys)
     assert model.config.representation_size is None and model.num_prefix_tokens == 3
     # The run started from the checkpoint (a learning rate of 1e-6 moves nothing visibly).
     registers = torch_model.embeddings.register_tokens.detach().numpy()
@@ -231,16 +235,8 @@ def test_dinov3_at_its_own_aspect_ratio_trains_predicts_inspects_and_exports(pho
 def test_dinov3_starts_the_recipes_that_read_its_parts(recipe, photos, dinov3, tmp_path, capsys):
     # Layer decay reads the parts (the rotary embedding has no weights to place); masked patch
     # prediction calls the encoder itself, with the angles of the images' grid.
-    from keras_vit.runs import load_model
-
     checkpoint, torch_model = dinov3
-    run = tmp_path / "run"
-    code = main(["train", "--weights", str(checkpoint), "--dataset", f"folder:{photos}", "--recipe", recipe,
-                 "--steps", "2", "--batch-size", "4", "--image-size", "32", "--warmup-steps", "1",
-                 "--learning-rate", "1e-6", "--workdir", str(run), "--no-progress", "--strategy", "default",
-                 "--no-jit"])
-    assert code == 0, capsys.readouterr().err[-3000:]
-    model = load_model(str(run))
+    model = _recipe_run(checkpoint, recipe, photos, tmp_path / "run", capsys)
     assert model.config.position_embedding == "rope" and model.num_prefix_tokens == 3
     registers = torch_model.embeddings.register_tokens.detach().numpy()
     np.testing.assert_allclose(np.asarray(model.register_tokens.tokens), registers, atol=1e-3)
