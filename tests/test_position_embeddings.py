@@ -17,7 +17,7 @@ from tests.conftest import tiny_config
 
 KINDS = POSITION_EMBEDDINGS
 LAYER_OF = {"learned_1d": PositionEmbedding, "learned_2d": PositionEmbedding2D,
-            "sincos_2d": SinCosPositionEmbedding2D, "relative": type(None), "none": type(None)}
+            "sincos_2d": SinCosPositionEmbedding2D, "relative": type(None), "rope": type(None), "none": type(None)}
 
 
 def perturbed(model, rng):
@@ -62,6 +62,7 @@ def test_builds_with_its_layer_and_forward_intermediates_agree(rng, kind, classi
     assert isinstance(model.position_embedding, LAYER_OF[kind])
     relative = [b.attention.relative_position_bias for b in model.encoder.blocks]
     assert all((r is not None) == (kind == "relative") for r in relative)
+    assert (model.rotary_embedding is not None) == (kind == "rope")  # DINOv3's angles, in every block
     if kind == "relative":  # (heads, 2*4-1, 2*3-1) for the 4x3 grid, in every block
         assert tuple(relative[0].relative_bias.shape) == (4, 7, 5)
         assert (relative[0].prefix_bias is not None) == (classifier == "token")
