@@ -211,8 +211,10 @@ class ViTConfig:
             raise UserError(f"position_embedding='rope' turns each head's channels in 4 parts (2 axes x sin/cos "
                             f"pairs): the head width hidden_size/num_heads = {head_dim} must be divisible by 4.")
         if self.patch_dropout:
-            raise UserError("patch_dropout drops patch tokens, whose rotary angles follow the whole grid: use "
-                            "patch_dropout=0 with position_embedding='rope'.")
+            from keras_vit.utils.console import argument
+
+            raise UserError(f"patch_dropout drops patch tokens, whose rotary angles (position_embedding='rope', "
+                            f"DINOv3's) follow the whole grid: use {argument('patch_dropout', 0)}.")
         if not float(self.rope_theta) > 0:
             raise UserError(f"ViTConfig.rope_theta must be positive, got {self.rope_theta!r}.")
         object.__setattr__(self, "rope_theta", float(self.rope_theta))

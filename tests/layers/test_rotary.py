@@ -118,5 +118,5 @@ def test_config_round_trip_and_the_models_refusals():
     base = dict(patch_size=4, hidden_size=24, mlp_dim=32, num_heads=2, num_layers=1, position_embedding="rope")
     with pytest.raises(UserError, match="head width hidden_size/num_heads = 6 must be divisible by 4"):
         keras_vit.ViTConfig(**dict(base, hidden_size=12))
-    with pytest.raises(UserError, match="use patch_dropout=0 with position_embedding='rope'"):
+    with pytest.raises(UserError, match=r"rotary angles \(position_embedding='rope', DINOv3's\) .*use patch_dropout=0\."):
         keras_vit.ViTConfig(**base, patch_dropout=0.5)
