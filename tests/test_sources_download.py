@@ -84,6 +84,22 @@ def test_offline_without_the_repo_names_it_and_the_fix(hub_cache):
         keras_vit.from_pretrained("hf:google/vit-base-patch16-224")
 
 
+def test_a_gated_repo_names_the_terms_and_the_token(hub_cache, monkeypatch):
+    # facebook/dinov3-*: the Hub refuses a token that has not accepted the terms (here, no token at all).
+    from huggingface_hub import errors
+
+    def hf_hub_download(repo, filename, **kwargs):
+        url = f"https://huggingface.co/{repo}/resolve/main/{filename}"
+        raise errors.GatedRepoError(f"403 Client Error. Cannot access gated repo for url {url}.",
+                                    response=httpx.Response(403, request=httpx.Request("GET", url)))
+
+    monkeypatch.setattr(huggingface_hub, "hf_hub_download", hf_hub_download)
+    with pytest.raises(ValueError, match=r"^hf:facebook/dinov3-vits16-pretrain-lvd1689m: facebook/dinov3-vits16-"
+                                         r"pretrain-lvd1689m is gated: accept its terms at https://huggingface.co/"
+                                         r"facebook/dinov3-vits16-pretrain-lvd1689m .*HF_TOKEN"):
+        keras_vit.from_pretrained("hf:facebook/dinov3-vits16-pretrain-lvd1689m")
+
+
 def test_a_pickle_only_repo_is_refused(tmp_path, hub_cache):
     (tmp_path / "pickled").mkdir()
     (tmp_path / "pickled" / "config.json").write_text(json.dumps({"model_type": "vit"}))

@@ -81,7 +81,12 @@ def _fetch(repo: str, filename: str, revision: Optional[str], source: str, requi
             if isinstance(cached, str):
                 _refuse_pickle_only(repo, revision, source)
         raise _offline(repo, filename, revision, source, "this machine is offline (or HF_HUB_OFFLINE=1)") from error
-    except (errors.RepositoryNotFoundError, errors.RevisionNotFoundError, errors.GatedRepoError) as error:
+    except errors.GatedRepoError as error:  # (a kind of RepositoryNotFoundError: first)
+        # DINOv3's repositories, among others: the Hub answers only to a token whose owner accepted the terms.
+        raise UserError(f"{source}: {repo} is gated: accept its terms at https://huggingface.co/{repo} (logged in), "
+                        f"then give this machine your token (`hf auth login`, or the HF_TOKEN variable) and run "
+                        f"again.") from error
+    except (errors.RepositoryNotFoundError, errors.RevisionNotFoundError) as error:
         raise UserError(f"{source}: {type(error).__name__}: {str(error).splitlines()[0]}") from error
     except _connection_errors() as error:  # the connection failed during the download
         raise _offline(repo, filename, revision, source,
