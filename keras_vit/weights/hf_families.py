@@ -377,9 +377,9 @@ def _dinov3_tensors(tensors: Dict[str, np.ndarray], blocks: str, layers: int, hi
         tensors.setdefault(block + "attention.k_proj.bias", np.zeros((hidden,), np.float32))
         if gated:
             for leaf in ("weight", "bias"):
-                gate, up = tensors.pop(f"{block}mlp.gate_proj.{leaf}", None), tensors.pop(f"{block}mlp.up_proj.{leaf}", None)
-                if gate is not None and up is not None:
-                    tensors[f"{block}mlp.up_proj.{leaf}"] = np.concatenate([gate, up], axis=0)
+                gate, up = f"{block}mlp.gate_proj.{leaf}", f"{block}mlp.up_proj.{leaf}"
+                if gate in tensors and up in tensors:  # else both keep their names, for the loader to report
+                    tensors[up] = np.concatenate([tensors.pop(gate), tensors[up]], axis=0)
     return tensors
 
 
