@@ -60,6 +60,10 @@ def main(spec):
     if spec.get("logical_cpus"):
         cpu = tf.config.list_physical_devices("CPU")[0]
         tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * spec["logical_cpus"])
+        # A compute thread per logical device: with the suite's one (the Makefile's
+        # TF_NUM_INTRAOP_THREADS=1) the replicas' steps wait on each other (alone: 73 s
+        # wall for 46 CPU-s; with two threads 44 s; in the suite up to 181 s for 53 CPU-s).
+        tf.config.threading.set_intra_op_parallelism_threads(spec["logical_cpus"])
     from keras_vit import training
 
     record = _Record(spec)
