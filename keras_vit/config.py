@@ -30,6 +30,11 @@ PIXEL_NORMALIZATIONS = ("minus_one_to_one", "imagenet", "clip")
 # fixed sin-cos table of MAE / big_vision, DINOv3's rotary embedding). Only
 # "learned_1d" fits the official checkpoint layout; the others are saved as
 # `.keras` files (and "rope" read from DINOv3 checkpoints).
+# The projections of an encoder block LoRA can adapt ("mlp": both MLP layers), and the default:
+# the LoRA paper's (Sec. 7.1: W_q and W_v) and peft's image-classification guide's for ViT
+# (target_modules=["query", "value"]), so a run's adapter loads into peft with the same targets.
+LORA_TARGETS = ("query", "key", "value", "out", "mlp")
+DEFAULT_LORA_TARGETS = ("query", "value")
 POSITION_EMBEDDINGS = ("learned_1d", "learned_2d", "sincos_2d", "relative", "rope", "none")
 
 
@@ -137,6 +142,15 @@ class ViTConfig:
             mean/std); keras_vit.images.NORMALIZATIONS holds the numbers.
         rope_theta: the base of the rotary embedding's frequencies (DINOv3's
             100); read only with position_embedding="rope".
+        lora_rank: LoRA fine-tuning (Hu et al. 2021): a rank-r update
+            alpha/r * B A beside each projection of every block that
+            `lora_targets` names (keras_vit.layers.LowRankUpdate), and every
+            other weight but the classification head frozen
+            (keras_vit.model.lora); 0: none.
+        lora_alpha: the updates' scale is lora_alpha / lora_rank; None: the
+            rank (a scale of 1).
+        lora_targets: among LORA_TARGETS ("query", "key", "value", "out",
+            "mlp"); default ("query", "value").
     """
 
     patch_size: int
@@ -166,6 +180,9 @@ class ViTConfig:
     position_interpolation: str = "linear"
     pixel_normalization: str = "minus_one_to_one"
     rope_theta: float = 100.0
+    lora_rank: int = 0
+    lora_alpha: Optional[float] = None
+    lora_targets: Tuple[str, ...] = DEFAULT_LORA_TARGETS
 
     def __post_init__(self):
         if isinstance(self.resnet, dict):
@@ -199,6 +216,7 @@ class ViTConfig:
             raise UserError(f"position_embedding={self.position_embedding!r} needs hidden_size divisible by "
                             f"{divisor}, got {self.hidden_size}: change hidden_size or the position embedding.")
         self._check_rope()
+        self._check_lora()
         self._check_family_fields()
         object.__setattr__(self, "layer_norm_epsilon", float(self.layer_norm_epsilon))
         object.__setattr__(self, "gelu_approximate", bool(self.gelu_approximate))
@@ -218,6 +236,35 @@ class ViTConfig:
         if not float(self.rope_theta) > 0:
             raise UserError(f"ViTConfig.rope_theta must be positive, got {self.rope_theta!r}.")
         object.__setattr__(self, "rope_theta", float(self.rope_theta))
+
+    def _check_lora(self):
+        from keras_vit.utils.console import argument
+
+        targets = (self.lora_targets,) if isinstance(self.lora_targets, str) else tuple(self.lora_targets)
+        unknown = sorted(set(targets) - set(LORA_TARGETS))
+        if unknown or not targets:
+            raise UserError(f"lora_targets {list(targets)} are not projections LoRA adapts: choose among "
+                            f"{', '.join(LORA_TARGETS)}, e.g. {argument('lora_targets', 'query,value')}.")
+        object.__setattr__(self, "lora_targets", tuple(t for t in LORA_TARGETS if t in targets))
+        rank = int(self.lora_rank)
+        # The smallest side of an adapted projection: D x D in attention, D x mlp_dim in the MLP.
+        side = min(self.hidden_size, self.mlp_dim) if "mlp" in self.lora_targets else self.hidden_size
+        if rank < 0 or rank > side:
+            raise UserError(f"lora_rank {rank} does not fit the projections it adapts ({', '.join(self.lora_targets)}"
+                            f": the smallest is {side} wide): choose a rank from 1 to {side} (LoRA's usual: 4 to 16).")
+        object.__setattr__(self, "lora_rank", rank)
+        if self.lora_alpha is not None:
+            if not float(self.lora_alpha) > 0:
+                raise UserError(f"lora_alpha must be positive, got {self.lora_alpha!r}.")
+            object.__setattr__(self, "lora_alpha", float(self.lora_alpha))
+
+    @property
+    def lora(self) -> Optional[dict]:
+        """The layers' LoRA setting {"rank", "alpha", "targets"}, or None without LoRA."""
+        if not self.lora_rank:
+            return None
+        return {"rank": self.lora_rank, "alpha": self.lora_alpha or float(self.lora_rank),
+                "targets": list(self.lora_targets)}
 
     def _check_family_fields(self):
         for field, allowed in (("mlp_activation", MLP_ACTIVATIONS), ("final_norm", FINAL_NORMS),
@@ -278,6 +325,7 @@ class ViTConfig:
         d = dataclasses.asdict(self)
         if self.resnet is not None:
             d["resnet"]["num_layers"] = list(self.resnet.num_layers)
+        d["lora_targets"] = list(self.lora_targets)
         return d
 
     @classmethod

@@ -35,7 +35,7 @@ LAYERS = [
     ("model", ["keras_vit.model", "keras_vit.model.*"]),
     # What builds or loads a whole model: from_pretrained, feature models, the run folder.
     ("whole models", ["keras_vit.model.pretrained", "keras_vit.model.features", "keras_vit.runs",
-                      "keras_vit.runs.folder"]),
+                      "keras_vit.runs.folder", "keras_vit.runs.adapter"]),
     ("model sources", ["keras_vit.runs.source", "keras_vit"]),
     ("inspection and export", ["keras_vit.inspection", "keras_vit.inspection.*", "keras_vit.export",
                                "keras_vit.export.*"]),

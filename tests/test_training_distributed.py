@@ -82,6 +82,9 @@ REGULARISED = {"randaugment": [2, 10], "mixup": 0.8, "cutmix": 1.0, "mix_prob": 
 MIRRORED = {
     "regularised": {"steps": 3, "batch_size": 16, "jit_compile": True, **REGULARISED},
     "plain": {"steps": 3, "batch_size": 16, "jit_compile": True},
+    # LoRA (#39) from official-format weights ("@base": the worker writes them).
+    "lora": {"steps": 3, "batch_size": 16, "jit_compile": False, "weights": "@base", "lora_rank": 2,
+             "lora_targets": ["query", "key", "value", "out", "mlp"], "learning_rate": 0.01},
 }
 
 
@@ -118,6 +121,13 @@ def test_mirrored_equals_one_device_with_every_augmentation_and_regulariser(mirr
     result = mirrored["regularised"]
     assert result["replicas"] == {"one_device": 1, "mirrored": 2}
     assert result["steps"] == {"one_device": 3, "mirrored": 3} and len(result["losses"]["mirrored"]) == 3
+    assert result["max_weight_difference"] < 1e-5 * max(1.0, result["max_weight"]), result
+    np.testing.assert_allclose(result["losses"]["one_device"], result["losses"]["mirrored"], rtol=1e-5)
+
+
+def test_mirrored_lora_equals_one_device(mirrored):
+    result = mirrored["lora"]  # the updates and the head: what a LoRA run trains
+    assert result["replicas"] == {"one_device": 1, "mirrored": 2} and result["steps"]["mirrored"] == 3
     assert result["max_weight_difference"] < 1e-5 * max(1.0, result["max_weight"]), result
     np.testing.assert_allclose(result["losses"]["one_device"], result["losses"]["mirrored"], rtol=1e-5)
 
@@ -228,6 +238,11 @@ KILL_9 = {
     # at batch 7: the resume at step 3 (21 examples) lands inside a mixing group.
     "deit": ({"recipe": "deit", "steps": 6, "checkpoint_every": 3, "deterministic": True, "batch_size": 7,
               "train_augment": "inception_crop_flip", "label_smoothing": 0.1, "ema": 0.9, "image_size": 28}, 4),
+    # LoRA (#39) from the finished CHIEF_FIRST run ("@chief": its workdir): the frozen base, the
+    # updates, their moments and the dropout draws must all resume.
+    "lora": ({"steps": 8, "checkpoint_every": 3, "deterministic": True, "batch_size": 16, "weights": "@chief",
+              "lora_rank": 2, "lora_targets": ["query", "value", "mlp"], "dropout_rate": 0.1,
+              "learning_rate": 3e-3}, 5),
 }
 # The single-worker run that leaves a checkpoint for the chief of
 # test_workers_that_restore_different_steps_stop_with_one_line.
@@ -236,7 +251,15 @@ CHIEF_FIRST = {"steps": 2, "batch_size": 8, "checkpoint_every": 2}
 
 # Which uninterrupted references each killed run's process trains first
 # (never its own run's: that one, and CHIEF_FIRST, are trained elsewhere).
-REFERENCES_BEFORE = {"plain": ["regularised"], "regularised": ["deit"], "deit": ["plain", "chief"]}
+# The LoRA run's own process trains its base, "chief", before it starts; its uninterrupted
+# reference needs that base, so it is trained last, after the resumes (REFERENCES_AFTER).
+REFERENCES_BEFORE = {"plain": ["regularised"], "regularised": ["deit"], "deit": ["plain"], "lora": ["chief"]}
+REFERENCES_AFTER = ["lora"]
+
+
+def _placed(overrides, root):
+    """The overrides with "@chief" (a run's weights) the CHIEF_FIRST run's workdir under `root`."""
+    return {k: str(root / "chief") if v == "@chief" else v for k, v in overrides.items()}
 
 
 @pytest.fixture(scope="module")
@@ -249,12 +272,13 @@ def kill_9(tmp_path_factory):
     own; never the resuming one). -> the root, {name: (resumed, straight,
     checkpoints left by the kill)}."""
     root = tmp_path_factory.mktemp("kill_9")
-    runs = {name: {"workdir": str(root / name / "straight"), "overrides": overrides}
+    runs = {name: {"workdir": str(root / name / "straight"), "overrides": _placed(overrides, root)}
             for name, (overrides, _) in KILL_9.items()}
     runs["chief"] = {"workdir": str(root / "chief"), "overrides": CHIEF_FIRST}
-    assert sorted(n for names in REFERENCES_BEFORE.values() for n in names) == sorted(runs)
+    assert sorted([n for names in REFERENCES_BEFORE.values() for n in names] + REFERENCES_AFTER) == sorted(runs)
     killed = {name: _launch_many([runs[n] for n in REFERENCES_BEFORE[name]] + [
-                  {"workdir": str(root / name / "resumed"), "kill_at": kill_at, "overrides": overrides}])
+                  {"workdir": str(root / name / "resumed"), "kill_at": kill_at,
+                   "overrides": _placed(overrides, root)}])
               for name, (overrides, kill_at) in KILL_9.items()}
     straight, left = {}, {}
     for name, process in killed.items():
@@ -262,10 +286,13 @@ def kill_9(tmp_path_factory):
         assert len(results) == len(REFERENCES_BEFORE[name])  # the killed run printed none
         straight.update(zip(REFERENCES_BEFORE[name], results))
         left[name] = sorted(p.name for p in (root / name / "resumed" / "checkpoints").iterdir())
-    # One fresh process resumes the three killed runs: all it has of them is their workdirs.
-    resumed = _finish(_launch_many([{"workdir": str(root / name / "resumed"), "overrides": overrides}
-                                    for name, (overrides, _) in KILL_9.items()]), every=True)
-    assert len(resumed) == len(KILL_9) and sorted(straight) == sorted(runs)
+    # One fresh process resumes the killed runs (all it has of them is their workdirs), then
+    # trains the references that need another run's results.
+    resumed = _finish(_launch_many([{"workdir": str(root / name / "resumed"), "overrides": _placed(overrides, root)}
+                                    for name, (overrides, _) in KILL_9.items()]
+                                   + [runs[name] for name in REFERENCES_AFTER]), every=True)
+    straight.update(zip(REFERENCES_AFTER, resumed[len(KILL_9):]))
+    assert len(resumed) == len(KILL_9) + len(REFERENCES_AFTER) and sorted(straight) == sorted(runs)
     return root, {name: (resumed[i], straight[name], left[name]) for i, name in enumerate(KILL_9)}
 
 
@@ -307,6 +334,13 @@ def test_kill_9_and_resume_with_the_deit_recipe_ends_bitwise_equal(kill_9):
     plan = json.loads((kill_9[0] / "deit" / "straight" / "config.json").read_text())["plan"]
     assert [op["op"] for op in plan["augmentation"]] == [
         "inception_crop", "flip", "randaugment", "to_model_range", "random_erasing", "mix"]
+
+
+def test_kill_9_and_resume_of_a_lora_run_ends_bitwise_equal(kill_9):
+    resumed, straight = _kill_9_and_resume(kill_9, "lora")
+    assert resumed["eval"] == straight["eval"]
+    counts = resumed["parameters"]  # the updates of 3 projections (rank 2) and the head train
+    assert counts["trainable"] == 2 * (16 + 16) * 2 + 2 * (16 + 32) * 2 + (16 * 10 + 10) < counts["total"]
 
 
 def test_workers_that_restore_different_steps_stop_with_one_line(kill_9, tmp_path):

@@ -77,7 +77,8 @@ def main(spec):
     images = _record_images() if spec.get("record_images") else None
     results = training.train(_config(spec["workdir"], spec.get("overrides", {})), callbacks=[record])
     out = {"losses": record.losses, "eval": results["eval"], "steps": results["steps"],
-           "replicas": results["num_replicas"], "steps_this_session": results["steps_this_session"]}
+           "replicas": results["num_replicas"], "steps_this_session": results["steps_this_session"],
+           "parameters": results["parameters"]}
     if writes is not None:
         out["writes"] = len(writes)
     if images is not None:  # the pipeline may have read ahead: keep the batches the steps took
@@ -101,6 +102,7 @@ def _mirrored_vs_one_device(spec):
     from keras_vit.training import trainer as trainer_lib
 
     comparisons = spec.get("comparisons") or {"": spec.get("overrides", {})}
+    comparisons = {name: _with_base(overrides, spec["workdir"]) for name, overrides in comparisons.items()}
     counted = set(spec.get("count_all_reduces") or ())
     make_strategy, strategies = trainer_lib.make_strategy, {}
 
@@ -152,6 +154,24 @@ def _mirrored_vs_one_device(spec):
         if "counted" in runs:
             result["all_reduces"] = runs["counted"]
         print("RESULT " + json.dumps(result), flush=True)
+
+
+def _with_base(overrides, workdir):
+    """The overrides with "@base" (as weights) an official-format .npz of a random ViT of the
+    tiny runs' architecture, written once into `workdir`."""
+    if overrides.get("weights") != "@base":
+        return overrides
+    import keras
+
+    import keras_vit
+    from tests.training_helpers import TINY
+
+    path = os.path.join(workdir, "base.npz")
+    if not os.path.exists(path):
+        os.makedirs(workdir, exist_ok=True)
+        keras.utils.set_random_seed(1)
+        keras_vit.save_weights(keras_vit.ViT(TINY, image_size=28, num_classes=10), path)
+    return dict(overrides, weights=path)
 
 
 def _count_writes():

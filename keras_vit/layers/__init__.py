@@ -7,6 +7,7 @@ from keras_vit.layers.feature_map import TokensToMap
 from keras_vit.layers.grid_resize import PadToMultiple
 from keras_vit.layers.heads import DistillationHead, MAPHead
 from keras_vit.layers.layer_scale import LayerScale
+from keras_vit.layers.lora import DEFAULT_LORA_TARGETS, LORA_TARGETS, LowRankUpdate
 from keras_vit.layers.encoder_block import LAYER_NORM_EPSILON, EncoderBlock
 from keras_vit.layers.mlp import MlpBlock
 from keras_vit.layers.patch_corruption import PatchCorruption
@@ -30,6 +31,9 @@ __all__ = [
     "DistillationHead",
     "InsertTokens",
     "LayerScale",
+    "LowRankUpdate",
+    "LORA_TARGETS",
+    "DEFAULT_LORA_TARGETS",
     "MAPHead",
     "Encoder",
     "EncoderBlock",

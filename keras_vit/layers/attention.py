@@ -5,6 +5,7 @@ import math
 import keras
 from keras import ops
 
+from keras_vit.layers.lora import LowRankUpdate, check_lora
 from keras_vit.layers.position_embedding_2d import grid_tuple
 from keras_vit.layers.relative_position_bias import RelativePositionBias
 from keras_vit.layers.rotary import rotate
@@ -34,6 +35,10 @@ class MultiHeadSelfAttention(keras.layers.Layer):
     (those after `num_prefix_tokens`) by the angles of RotaryEmbedding2D
     (position_embedding="rope"); the prefix tokens are not turned.
 
+    lora: {"rank", "alpha", "targets"}: a LowRankUpdate beside each of the
+        projections among query, key, value and out that `targets` names
+        (LoRA fine-tuning, keras_vit.model.lora); None: none.
+
     `call(x, return_attention_scores=True)` also returns the probabilities
     (B, heads, N, N). The fast path uses `keras.ops.dot_product_attention`
     (each backend's fused kernel); when the probabilities are asked for, or
@@ -42,8 +47,10 @@ class MultiHeadSelfAttention(keras.layers.Layer):
     """
 
     def __init__(self, num_heads, attention_dropout_rate=0.0, relative_position_grid=None, num_prefix_tokens=0,
-                 **kwargs):
+                 lora=None, **kwargs):
         super().__init__(**kwargs)
+        self.lora = check_lora(lora)
+        self.query_lora = self.key_lora = self.value_lora = self.out_lora = None  # LowRankUpdates, set in build
         self.num_heads = int(num_heads)
         self.attention_dropout_rate = float(attention_dropout_rate)
         self.relative_position_grid = None if relative_position_grid is None else grid_tuple(relative_position_grid)
@@ -85,6 +92,13 @@ class MultiHeadSelfAttention(keras.layers.Layer):
             dtype=self.dtype_policy,
         )
         self.out.build((input_shape[0], input_shape[1], self.num_heads, self.head_dim))
+        for name in ("query", "key", "value", "out"):  # LoRA: a low-rank update beside the targeted projections
+            if self.lora and name in self.lora["targets"]:
+                outputs, inputs = ((hidden_size,), 2) if name == "out" else ((self.num_heads, self.head_dim), 1)
+                update = LowRankUpdate(self.lora["rank"], self.lora["alpha"], outputs, inputs, name=f"{name}_lora",
+                                       dtype=self.dtype_policy)
+                update.build(input_shape if name != "out" else (*input_shape[:2], self.num_heads, self.head_dim))
+                setattr(self, f"{name}_lora", update)
         if self.relative_position_bias is not None:
             self.relative_position_bias.build(input_shape)
 
@@ -94,7 +108,7 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         return seed_generators_of(self.dropout)
 
     def call(self, x, training=False, return_attention_scores=False, rope=None):
-        q, k, v = self.query(x), self.key(x), self.value(x)  # each (B, N, heads, head_dim)
+        q, k, v = (self._project(name, x) for name in ("query", "key", "value"))  # each (B, N, heads, head_dim)
         if rope is not None:
             q, k = self._rotated(q, *rope), self._rotated(k, *rope)
         # (1, heads, N, N), added after the 1/sqrt(head_dim) scaling in both paths.
@@ -110,8 +124,14 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         else:
             context = ops.dot_product_attention(
                 q, k, v, bias=None if bias is None else ops.cast(bias, q.dtype))  # (B, N, heads, head_dim)
-        y = self.out(context)  # (B, N, D)
+        y = self._project("out", context)  # (B, N, D)
         return (y, probs) if return_attention_scores else y
+
+    def _project(self, name, x):
+        """The projection `name` of x, plus its low-rank update where it has one."""
+        y = getattr(self, name)(x)
+        update = getattr(self, f"{name}_lora")
+        return y if update is None else y + update(x)
 
     def _rotated(self, x, cos, sin):
         prefix = self.num_prefix_tokens
@@ -128,4 +148,5 @@ class MultiHeadSelfAttention(keras.layers.Layer):
             "relative_position_grid": (
                 None if self.relative_position_grid is None else list(self.relative_position_grid)),
             "num_prefix_tokens": self.num_prefix_tokens,
+            **({"lora": self.lora} if self.lora else {}),  # only when set: older files lack the key
         }

@@ -3,6 +3,7 @@
 import keras
 
 from keras_vit.layers.encoder_block import LAYER_NORM_EPSILON, EncoderBlock, _family_config
+from keras_vit.layers.lora import check_lora
 from keras_vit.layers.position_embedding_2d import grid_tuple
 
 
@@ -25,13 +26,17 @@ class Encoder(keras.layers.Layer):
 
     final_norm=False leaves the tokens un-normalised (CLIP normalises the
     pooled vector instead: the model's "pooled_norm").
+
+    lora: {"rank", "alpha", "targets"}: every block's low-rank updates
+    (EncoderBlock); None: none.
     """
 
     def __init__(self, num_layers, num_heads, mlp_dim, dropout_rate=0.0, attention_dropout_rate=0.0,
                  stochastic_depth_rate=0.0, layer_norm_epsilon=LAYER_NORM_EPSILON, gelu_approximate=True,
                  relative_position_grid=None, num_prefix_tokens=0, layer_scale_init=None, mlp_activation="gelu",
-                 final_norm=True, **kwargs):
+                 final_norm=True, lora=None, **kwargs):
         super().__init__(**kwargs)
+        self.lora = check_lora(lora)
         self.layer_scale_init = None if layer_scale_init is None else float(layer_scale_init)
         self.mlp_activation = mlp_activation
         self.final_norm = bool(final_norm)
@@ -58,6 +63,7 @@ class Encoder(keras.layers.Layer):
                 self.num_prefix_tokens,
                 self.layer_scale_init,
                 self.mlp_activation,
+                lora=self.lora,
                 name=f"encoderblock_{i}",
                 dtype=self.dtype_policy,
             )

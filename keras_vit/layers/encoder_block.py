@@ -4,6 +4,7 @@ import keras
 
 from keras_vit.layers.attention import MultiHeadSelfAttention
 from keras_vit.layers.layer_scale import LayerScale
+from keras_vit.layers.lora import check_lora
 from keras_vit.layers.mlp import MlpBlock
 from keras_vit.layers.position_embedding_2d import grid_tuple
 from keras_vit.layers.stochastic_depth import StochasticDepth, seed_generators_of
@@ -31,13 +32,16 @@ class EncoderBlock(keras.layers.Layer):
         num_prefix_tokens: tokens before the grid (1 with a class token).
         layer_scale_init: initial LayerScale value ("ls1", "ls2"); None: none.
         mlp_activation: "gelu", "quick_gelu" or "swiglu" (MlpBlock).
+        lora: {"rank", "alpha", "targets"}: low-rank updates of the targeted
+            projections (MultiHeadSelfAttention, MlpBlock); None: none.
     """
 
     def __init__(self, num_heads, mlp_dim, dropout_rate=0.0, attention_dropout_rate=0.0,
                  stochastic_depth_rate=0.0, layer_norm_epsilon=LAYER_NORM_EPSILON, gelu_approximate=True,
                  relative_position_grid=None, num_prefix_tokens=0, layer_scale_init=None, mlp_activation="gelu",
-                 **kwargs):
+                 lora=None, **kwargs):
         super().__init__(**kwargs)
+        self.lora = check_lora(lora)
         self.layer_scale_init = None if layer_scale_init is None else float(layer_scale_init)
         self.mlp_activation = mlp_activation
         self.relative_position_grid = None if relative_position_grid is None else grid_tuple(relative_position_grid)
@@ -54,11 +58,11 @@ class EncoderBlock(keras.layers.Layer):
             epsilon=self.layer_norm_epsilon, name="LayerNorm_0", dtype=policy)
         self.attention = MultiHeadSelfAttention(
             self.num_heads, self.attention_dropout_rate, self.relative_position_grid, self.num_prefix_tokens,
-            name="MultiHeadDotProductAttention_1", dtype=policy)
+            lora=self.lora, name="MultiHeadDotProductAttention_1", dtype=policy)
         self.mlp_norm = keras.layers.LayerNormalization(
             epsilon=self.layer_norm_epsilon, name="LayerNorm_2", dtype=policy)
         self.mlp = MlpBlock(self.mlp_dim, self.dropout_rate, self.gelu_approximate, self.mlp_activation,
-                            name="MlpBlock_3", dtype=policy)
+                            lora=self.lora, name="MlpBlock_3", dtype=policy)
         scaled = self.layer_scale_init is not None
         self.attention_scale = LayerScale(self.layer_scale_init, name="ls1", dtype=policy) if scaled else None
         self.mlp_scale = LayerScale(self.layer_scale_init, name="ls2", dtype=policy) if scaled else None
@@ -156,4 +160,6 @@ def _family_config(layer):
         config["layer_scale_init"] = layer.layer_scale_init
     if layer.mlp_activation != "gelu":
         config["mlp_activation"] = layer.mlp_activation
+    if layer.lora:
+        config["lora"] = layer.lora
     return config

@@ -4,6 +4,7 @@ import keras
 from keras import ops
 
 from keras_vit.layers import fused
+from keras_vit.layers.lora import LowRankUpdate, check_lora
 from keras_vit.layers.stochastic_depth import seed_generators_of
 
 
@@ -19,10 +20,15 @@ class MlpBlock(keras.layers.Layer):
 
     Initialisation as the official code: Xavier-uniform kernels, biases
     normal(stddev=1e-6).
+
+    lora: {"rank", "alpha", "targets"}: with "mlp" among the targets, a
+    LowRankUpdate beside both Dense layers (LoRA, keras_vit.model.lora).
     """
 
-    def __init__(self, mlp_dim, dropout_rate=0.0, gelu_approximate=True, activation="gelu", **kwargs):
+    def __init__(self, mlp_dim, dropout_rate=0.0, gelu_approximate=True, activation="gelu", lora=None, **kwargs):
         super().__init__(**kwargs)
+        self.lora = check_lora(lora)
+        self.dense_0_lora = self.dense_1_lora = None  # LowRankUpdates, set in build
         self.activation = activation
         self.mlp_dim = int(mlp_dim)
         self.dropout_rate = float(dropout_rate)
@@ -47,6 +53,14 @@ class MlpBlock(keras.layers.Layer):
         )
         self.dense_0.build(input_shape)  # (D, mlp_dim), or (D, 2 * mlp_dim) gated
         self.dense_1.build(tuple(input_shape[:-1]) + (self.mlp_dim,))
+        if self.lora and "mlp" in self.lora["targets"]:
+            rank, alpha = self.lora["rank"], self.lora["alpha"]
+            self.dense_0_lora = LowRankUpdate(rank, alpha, (gated * self.mlp_dim,), name="Dense_0_lora",
+                                              dtype=self.dtype_policy)
+            self.dense_1_lora = LowRankUpdate(rank, alpha, (input_shape[-1],), name="Dense_1_lora",
+                                              dtype=self.dtype_policy)
+            self.dense_0_lora.build(input_shape)
+            self.dense_1_lora.build(tuple(input_shape[:-1]) + (self.mlp_dim,))
 
     # Set by the trainer (keras_vit.training) when its step is not XLA-compiled:
     # the GELU as one kernel each way in training (keras_vit.layers.fused).
@@ -54,9 +68,15 @@ class MlpBlock(keras.layers.Layer):
     fused_gelu = False
 
     def call(self, x, training=False):
-        x = self._activate(self.dense_0(x), training)
+        x = self._activate(self._dense(0, x), training)
         x = self.dropout(x, training=training)
-        return self.dropout(self.dense_1(x), training=training)
+        return self.dropout(self._dense(1, x), training=training)
+
+    def _dense(self, index, x):
+        """Dense_{index} of x, plus its low-rank update where it has one."""
+        y = getattr(self, f"dense_{index}")(x)
+        update = getattr(self, f"dense_{index}_lora")
+        return y if update is None else y + update(x)
 
     def _activate(self, x, training):
         if self.activation == "quick_gelu":
@@ -75,4 +95,6 @@ class MlpBlock(keras.layers.Layer):
                   "gelu_approximate": self.gelu_approximate}
         if self.activation != "gelu":  # older files lack the key: they are all GELU
             config["activation"] = self.activation
+        if self.lora:
+            config["lora"] = self.lora
         return config

@@ -178,6 +178,10 @@ class ViT(InputGuard, Description, FeatureAPI, keras.Model):
             from keras_vit.weights import load_weights
 
             load_weights(self, weights)
+        if config.lora_rank:
+            from keras_vit.model.lora import freeze_for_lora
+
+            freeze_for_lora(self)
 
     def embed(self, images, training=False, patch_hook=None):
         """Images -> the token sequence the encoder sees (B, T, D), through
@@ -317,7 +321,8 @@ def _build_layers(config, grid, include_top, num_classes, classifier_activation,
         config.stochastic_depth_rate, epsilon, config.gelu_approximate,
         relative_position_grid=grid if config.position_embedding == "relative" else None,
         num_prefix_tokens=prefix, layer_scale_init=config.layer_scale_init,
-        mlp_activation=config.mlp_activation, final_norm=config.final_norm == "tokens", name="Transformer")
+        mlp_activation=config.mlp_activation, final_norm=config.final_norm == "tokens", lora=config.lora,
+        name="Transformer")
     if config.classifier == "map":
         parts["pooling"] = vit_layers.MAPHead(config.num_heads, config.mlp_dim, epsilon, config.gelu_approximate,
                                               config.mlp_activation, name="MAPHead_0")

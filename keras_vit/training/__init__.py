@@ -45,11 +45,12 @@ __getattr__, __dir__ = lazy_exports(__name__, {
     **{name: "keras_vit.training.trainer" for name in (
         "NonFiniteLossError", "Trainer", "TrainingInterrupted", "train")},
     **{name: "keras_vit.training.tasks" for name in ("TASKS", "ClassificationTask", "Task")},
+    "load_adapter": "keras_vit.training.transfer",
 }, before=_require_tensorflow)
 
 __all__ = [
     "FINETUNE", "PRETRAIN", "RECIPES", "SCRATCH", "TASKS", "CheckpointWriteError", "ClassificationTask",
     "IncompatibleCheckpointError", "NonFiniteLossError", "Recipe", "Task", "TrainConfig", "Trainer",
     "TrainingInterrupted",
-    "demo_config", "extract_features", "few_shot_linear_eval", "fit_least_squares", "train",
+    "demo_config", "extract_features", "few_shot_linear_eval", "fit_least_squares", "load_adapter", "train",
 ]

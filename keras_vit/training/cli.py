@@ -17,7 +17,7 @@ import json
 import sys
 
 from keras_vit.utils.flags import UsageError, image_size, non_negative_int, positive_int
-from keras_vit.config import CLASSIFIERS, POSITION_EMBEDDINGS
+from keras_vit.config import CLASSIFIERS, LORA_TARGETS, POSITION_EMBEDDINGS
 from keras_vit.errors import UserError
 from keras_vit.training import config as config_lib
 
@@ -96,6 +96,14 @@ def _shots(text):
     return shots
 
 
+def _lora_targets(text):
+    targets = tuple(t.strip() for t in text.split(",") if t.strip())
+    unknown = sorted(set(targets) - set(LORA_TARGETS))
+    if unknown or not targets:
+        raise argparse.ArgumentTypeError(f"{text!r}: choose among {','.join(LORA_TARGETS)}, e.g. query,value")
+    return targets
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     run = parser.add_argument_group("run")
     run.add_argument("--model", help="variant name, e.g. B/16, S/16, Mu/4 (keras-vit variants); optional when "
@@ -157,6 +165,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                           "default: %(default)s, or the recipe's task: --recipe masked_patch picks masked_patch)")
     run.add_argument("--no-progress", dest="progress", action="store_false",
                      help="no progress bars (for logs and CI); what runs and the evaluations are still printed")
+    lora = parser.add_argument_group("LoRA: train low-rank updates and the head, the rest as --weights gave it")
+    lora.add_argument("--lora-rank", type=non_negative_int,
+                      help="rank of the updates (4-16 is usual; 0: every weight trains; default: %(default)s); "
+                           "model.keras is the merged model, adapter.safetensors the updates and the head")
+    lora.add_argument("--lora-alpha", type=float, help="the updates' scale is alpha / rank (default: the rank)")
+    lora.add_argument("--lora-targets", type=_lora_targets,
+                      help=f"projections to adapt, among {','.join(LORA_TARGETS)} (mlp: both MLP layers; "
+                           f"default: query,value, as the LoRA paper and peft's ViT guide)")
     data = parser.add_argument_group("data checks")
     data.add_argument("--strict-data", action="store_true",
                       help="stop on an image file that cannot be decoded (default: name it in a warning, leave it out)")

@@ -24,7 +24,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Optional, Tuple, Union
 
-from keras_vit.config import CLASSIFIERS, POSITION_EMBEDDINGS, ViTConfig
+from keras_vit.config import CLASSIFIERS, DEFAULT_LORA_TARGETS, POSITION_EMBEDDINGS, ViTConfig
 from keras_vit.errors import UserError
 from keras_vit.variants import get_variant
 
@@ -407,6 +407,14 @@ class TrainConfig:
             (default: it is named in one warning and left out).
         drop_empty_classes: leave out class folders without images, with a
             warning (default: an error naming them).
+        lora_rank: fine-tune with LoRA (ViTConfig.lora_rank): rank-r updates
+            of the `lora_targets` projections and the head train, every other
+            weight stays as `weights` gave it; model.keras holds the merged
+            model and adapter.safetensors the updates and the head. Needs
+            `weights`; 0 (default): every weight trains.
+        lora_alpha: the updates' scale is lora_alpha / lora_rank (None: the rank).
+        lora_targets: among "query", "key", "value", "out", "mlp"; default
+            query and value (the LoRA paper's, peft's ViT guide's).
     """
 
     model: Union[str, ViTConfig, None] = None
@@ -446,6 +454,9 @@ class TrainConfig:
     # unless drop_empty_classes.
     strict_data: bool = False
     drop_empty_classes: bool = False
+    lora_rank: int = 0
+    lora_alpha: Optional[float] = None
+    lora_targets: Tuple[str, ...] = DEFAULT_LORA_TARGETS
 
     def __post_init__(self):
         if isinstance(self.recipe, str):
@@ -457,6 +468,8 @@ class TrainConfig:
         if isinstance(self.model, dict):
             object.__setattr__(self, "model", ViTConfig.from_dict(self.model))
         object.__setattr__(self, "fewshot_shots", tuple(int(s) for s in self.fewshot_shots))
+        targets = self.lora_targets
+        object.__setattr__(self, "lora_targets", (targets,) if isinstance(targets, str) else tuple(targets))
         if self.position_embedding is not None:
             _check_choice("position_embedding", self.position_embedding, POSITION_EMBEDDINGS)
         if self.classifier is not None:
@@ -492,6 +505,7 @@ class TrainConfig:
         if isinstance(self.model, ViTConfig):
             d["model"] = self.model.to_dict()
         d["fewshot_shots"] = list(self.fewshot_shots)
+        d["lora_targets"] = list(self.lora_targets)
         return d
 
     @classmethod

@@ -172,8 +172,28 @@ def model_config(config: TrainConfig, initial=None) -> ViTConfig:
         representation = None
     if initial is None and config.classifier is None and recipe.classifier is not None:
         base = base.replace(classifier=recipe.classifier)  # the recipe's, from scratch only
+    _check_lora(config, initial)
     return base.replace(representation_size=representation, dropout_rate=recipe.dropout_rate,
-                        stochastic_depth_rate=recipe.stochastic_depth_rate, patch_dropout=recipe.patch_dropout)
+                        stochastic_depth_rate=recipe.stochastic_depth_rate, patch_dropout=recipe.patch_dropout,
+                        lora_rank=config.lora_rank, lora_alpha=config.lora_alpha, lora_targets=config.lora_targets)
+
+
+def _check_lora(config: TrainConfig, initial) -> None:
+    """LoRA adapts pre-trained weights of a classifier: refused from scratch and for
+    another task (the model's own checks refuse a rank that does not fit)."""
+    if not config.lora_rank:
+        return
+    from keras_vit.training.tasks import make_task
+
+    flag = _console.either("--lora-rank", "lora_rank")
+    if initial is None:
+        raise UserError(f"{flag} adapts pre-trained weights, and this run has none: add "
+                        f"{arg('weights', 'imagenet21k')} (or a checkpoint folder, a run), or train every weight "
+                        f"without {flag}.")
+    task = make_task(config).name
+    if task != "classification":
+        raise UserError(f"{flag} fine-tunes a classifier; the {task} task trains the whole encoder: drop {flag}, "
+                        f"or fine-tune the result of this run with it.")
 
 
 def _chosen(base: ViTConfig, field: str, value, initial) -> ViTConfig:

@@ -72,7 +72,9 @@ class Report:
         self.chief = chief
         if chief:
             params = sum(int(np.prod(v.shape)) for v in model.trainable_variables)
-            print(f"keras-vit train: {model.name} ({params:,} parameters) at {plan.image_size}, "
+            total = sum(int(np.prod(v.shape)) for v in model.weights)
+            counted = f"{params:,} parameters" if params == total else f"{params:,} of {total:,} parameters train"
+            print(f"keras-vit train: {model.name} ({counted}) at {plan.image_size}, "
                   f"recipe {plan.recipe.name}, {source.name} ({plan.num_classes} classes, "
                   f"{source.sizes}), {type(strategy).__name__} x{plan.num_replicas}, "
                   f"batch {plan.global_batch} (accum {plan.accum_steps}), {plan.precision}"
@@ -125,6 +127,9 @@ def describe(plan) -> str:
     level = f", aug level {plan.recipe.aug_level}" if plan.recipe.aug_level else ""
     if plan.pixel_normalization != "minus_one_to_one":  # the [-1, 1] of every earlier run goes unsaid
         level += f", pixels normalised as {plan.pixel_normalization}"
+    if plan.model.lora_rank:
+        lora = plan.model.lora
+        level += f", LoRA rank {lora['rank']} alpha {lora['alpha']:g} on {'/'.join(lora['targets'])} (the rest frozen)"
     return (f"{plan.steps} steps{epochs}, warmup {plan.warmup_steps}, peak lr {plan.recipe.peak_learning_rate:.3g}, "
             f"batch {plan.per_replica_batch}/replica (micro {plan.micro_batch}), {' > '.join(ops)}{level}")
 

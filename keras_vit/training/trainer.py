@@ -28,6 +28,8 @@ from keras_vit import runs
 from keras_vit.utils import console as _console, locks, storage
 from keras_vit.errors import CannotContinue, UserError
 from keras_vit.model import fuse_gelu, rematerialize_blocks
+from keras_vit.model.lora import parameter_counts
+from keras_vit.runs.adapter import write_adapter
 from keras_vit.training import data as data_lib
 from keras_vit.training import memory as memory_lib
 from keras_vit.training import plan as plan_lib
@@ -38,7 +40,7 @@ from keras_vit.training.optimization import averaged_weights, make_optimizer, ru
 from keras_vit.training.steps import CompiledSteps, resolve_jit_compile
 from keras_vit.training.strategies import is_chief, make_strategy, resolve_name
 from keras_vit.training.tasks import Task, make_task
-from keras_vit.training.transfer import apply_weights, resolve_weights
+from keras_vit.training.transfer import apply_weights, find_vit, resolve_weights
 
 
 class NonFiniteLossError(CannotContinue):
@@ -437,6 +439,7 @@ class Trainer:
             "images_per_sec": self.timer.images_per_sec(), "wall_time_s": None,
             "strategy": self.plan.strategy, "num_replicas": self.plan.num_replicas,
             "num_params": int(sum(np.prod(v.shape) for v in self.model.trainable_variables)),
+            "parameters": parameter_counts(self.model),  # {"trainable", "total"}: a LoRA run trains a part
             "dataset": {"name": self.source.name, "num_classes": self.source.num_classes,
                         "sizes": self.source.sizes},
             "data_problems": self.source.problems.summary(),
@@ -454,6 +457,9 @@ class Trainer:
         if self.plan.config.fewshot_shots:
             results.update(self._few_shot(exported))
         results["model_path"] = runs.save_model(self.plan.config.workdir, exported)
+        if self.plan.model.lora_rank:  # what the run trained, apart from its base (keras_vit.training.load_adapter)
+            results["adapter_path"] = write_adapter(self.plan.config.workdir, find_vit(self.model),
+                                                    self.requested.weights)
         results["wall_time_s"] = time.time() - self.started
         self.segment.update(end_step=self.step, ended="finished", train=self.last_logs, eval=final,
                             images_per_sec=results["images_per_sec"], wall_time_s=results["wall_time_s"])

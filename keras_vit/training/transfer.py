@@ -106,3 +106,19 @@ def apply_weights(model, initial: InitialWeights) -> Optional[str]:
     return (f"the head of the weights ({initial.dropped_head} classes) was dropped: the run's head "
             f"({vit.num_classes} classes) starts anew (fine-tuning).")
 
+
+
+def load_adapter(path, weights: Optional[str] = None):
+    """The model a LoRA run trained, built again from its adapter file
+    (`<workdir>/adapter.safetensors`, or the run folder): the base it names
+    (or `weights`, the same base elsewhere: a copied file, another cache),
+    loaded as the run loaded it, the adapter applied, the updates merged.
+    Equals the run's model.keras."""
+    from keras_vit.model.lora import merge_lora
+    from keras_vit.runs.adapter import apply_adapter, read_adapter
+
+    tensors, base, model_config = read_adapter(path)
+    vit = ViT.from_config(model_config)
+    apply_weights(vit, resolve_weights(weights or base))
+    apply_adapter(vit, tensors)
+    return merge_lora(vit)

@@ -93,6 +93,19 @@ def _dense(prefix, layer):
     return {f"{prefix}/kernel": layer.kernel, f"{prefix}/bias": layer.bias}
 
 
+# A LoRA update's factors sit beside the kernel they update (ours, in the official style:
+# ".../query/lora_a"); keras_vit.model.lora merges them into it.
+LORA_LEAVES = ("lora_a", "lora_b")
+
+
+def _low_rank(prefix, update):
+    return {f"{prefix}/lora_a": update.lora_a, f"{prefix}/lora_b": update.lora_b}
+
+
+def is_lora_key(key: str) -> bool:
+    return key.rsplit("/", 1)[-1] in LORA_LEAVES
+
+
 def _optional(prefix, layer, read):
     return read(prefix, layer) if layer is not None else {}
 
@@ -137,6 +150,9 @@ def _position_embedding(layer):
 def official_layout_error(model, writer: str) -> str:
     """Why `model` cannot be written by `writer` (an official-layout format), or "" if it can."""
     kind = model.config.position_embedding
+    if model.config.lora_rank:
+        return (f"{model.name} carries LoRA updates, which {writer} cannot hold: merge them first, "
+                f"keras_vit.merge_lora(model) (a training run's model.keras is already merged).")
     if kind == "learned_1d":
         return ""
     return (f"{model.name} uses position_embedding={kind!r}, which {writer} cannot hold (it has the learned 1-D "
@@ -163,6 +179,7 @@ def variables_by_key(model) -> Dict[str, object]:
         out.update(_norm(block_key(i, "norm1"), block.attention_norm))
         for name in ("query", "key", "value", "out"):
             out.update(_dense(block_key(i, name), getattr(attention, name)))
+            out.update(_optional(block_key(i, name), getattr(attention, f"{name}_lora"), _low_rank))
         relative = attention.relative_position_bias
         if relative is not None:  # not in the official layout (position_embedding="relative")
             bias = block_key(i, "relative_bias")
@@ -172,6 +189,8 @@ def variables_by_key(model) -> Dict[str, object]:
         out.update(_norm(block_key(i, "norm2"), block.mlp_norm))
         out.update(_dense(block_key(i, "fc1"), block.mlp.dense_0))
         out.update(_dense(block_key(i, "fc2"), block.mlp.dense_1))
+        out.update(_optional(block_key(i, "fc1"), block.mlp.dense_0_lora, _low_rank))
+        out.update(_optional(block_key(i, "fc2"), block.mlp.dense_1_lora, _low_rank))
         for name, scale in (("ls1", block.attention_scale), ("ls2", block.mlp_scale)):
             if scale is not None:  # LayerScale (DINOv2): not in the official layout
                 out[f"{block_key(i, name)}/scale"] = scale.scale

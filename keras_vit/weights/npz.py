@@ -10,7 +10,7 @@ import numpy as np
 
 from keras_vit.utils import console as _console, storage
 from keras_vit.errors import UserError
-from keras_vit.weights.layout import official_layout_error, variables_by_key
+from keras_vit.weights.layout import is_lora_key, official_layout_error, variables_by_key
 from keras_vit.weights.parts import CLASSIFIER_ROOTS
 from keras_vit.weights.resize import COLUMN_SUFFIX, POSEMB_1D_SUFFIX, RELATIVE_SUFFIX, ROW_SUFFIX, \
     resize_position_params
@@ -48,7 +48,11 @@ def load_checkpoint(model, params: Mapping[str, np.ndarray], old_grid=None, new_
     - another position grid -> the position weights are resized by the rule
       of their kind (keras_vit.weights.resize; class token kept);
     - another patch size -> the patch kernel is resized by FlexiViT's
-      pseudo-inverse rule (keras_vit.weights.patch_resize).
+      pseudo-inverse rule (keras_vit.weights.patch_resize);
+    - a model with LoRA updates (ViTConfig.lora_rank), a checkpoint
+      without them -> the updates keep their initial values (said by no
+      warning: B starts at zero, so the model computes the checkpoint's
+      function).
     Learned position weights of another kind than the model's
     position_embedding are a one-line ValueError; anything else missing,
     extra or mis-shaped is a ValueError naming it.
@@ -88,6 +92,9 @@ def load_checkpoint(model, params: Mapping[str, np.ndarray], old_grid=None, new_
     for what in resized:
         _console.warn(f"resizing {what}.")
 
+    # A model with LoRA updates takes its base's checkpoint: updates the file lacks keep their
+    # initial values (B = 0, so the model computes the checkpoint's function).
+    expected = {key: variable for key, variable in expected.items() if key in params or not is_lora_key(key)}
     missing = sorted(set(expected) - set(params))
     unexpected = sorted(set(params) - set(expected))
     mismatched = [

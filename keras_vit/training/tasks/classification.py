@@ -9,6 +9,7 @@ import tensorflow as tf
 
 from keras_vit.layers import DistillationHead
 from keras_vit.model import ViT, head_layers, pooled_embedding
+from keras_vit.model.lora import merge_lora
 from keras_vit.training.tasks.base import Task
 from keras_vit.training.tasks.metrics import top_k_hits
 from keras_vit.variants import get_variant
@@ -99,4 +100,4 @@ class ClassificationTask(Task):
         finally:
             keras.config.set_dtype_policy(previous)
         copy.set_weights(model.get_weights())
-        return copy
+        return merge_lora(copy)  # a LoRA run's updates merged into its kernels: a plain ViT

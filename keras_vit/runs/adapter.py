@@ -1,0 +1,75 @@
+"""A LoRA run's adapter file: what the run trained, apart from the weights it started from.
+
+`<workdir>/adapter.safetensors` holds the low-rank updates' factors and the
+head under the key table's names (".../query/lora_a", "head/kernel"), and in
+its metadata the base it adapts (the run's --weights, as given) and the
+model's config, LoRA included. keras_vit.training.load_adapter builds the
+base again, applies the file and merges it: the run's model.keras.
+safetensors holds arrays only: reading one runs no code.
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+
+from keras_vit.errors import UserError
+from keras_vit.utils import storage
+
+ADAPTER_FILE = "adapter.safetensors"
+FORMAT = "keras_vit.lora/1"
+
+
+def write_adapter(workdir, vit, base: str) -> str:
+    """Writes `vit`'s LoRA updates and head (keras_vit.model.lora.adapter_params)
+    to `<workdir>/adapter.safetensors`, atomically; returns its path."""
+    from safetensors.numpy import save
+
+    from keras_vit.model.lora import adapter_params
+
+    tensors = {key: np.ascontiguousarray(value, np.float32) for key, value in adapter_params(vit).items()}
+    metadata = {"format": FORMAT, "base": str(base), "model": json.dumps(vit.get_config())}
+    path = storage.join(workdir, ADAPTER_FILE)
+    storage.write_bytes(path, save(tensors, metadata=metadata))
+    return path
+
+
+def read_adapter(path):
+    """(tensors {key: array}, base, the ViT's config) of an adapter file (or of
+    the run folder holding one)."""
+    from safetensors.numpy import load
+
+    if storage.isdir(path):
+        path = storage.join(path, ADAPTER_FILE)
+    if not storage.isfile(path):
+        raise UserError(f"No LoRA adapter at {path}: a run trained with --lora-rank writes "
+                        f"WORKDIR/{ADAPTER_FILE}; give that file or its run folder.")
+    content = storage.read_bytes(path)
+    metadata = _metadata(content)
+    if metadata.get("format") != FORMAT:
+        raise UserError(f"{path} is not a keras_vit LoRA adapter (its metadata says format "
+                        f"{metadata.get('format')!r}, not {FORMAT!r}).")
+    return load(content), metadata["base"], json.loads(metadata["model"])
+
+
+def _metadata(content: bytes) -> dict:
+    """The safetensors header's "__metadata__" (the format: an 8-byte length, then JSON)."""
+    size = int.from_bytes(content[:8], "little")
+    return json.loads(content[8:8 + size]).get("__metadata__", {})
+
+
+def apply_adapter(vit, tensors: dict) -> None:
+    """Assigns an adapter's tensors to the ViT built with its config (LoRA
+    included), over the base weights already loaded; each key and shape is checked."""
+    from keras_vit.weights.layout import variables_by_key
+
+    variables = variables_by_key(vit)
+    unknown = sorted(set(tensors) - set(variables))
+    wrong = [f"{key}: adapter {tuple(value.shape)}, model {tuple(variables[key].shape)}"
+             for key, value in tensors.items() if key in variables and tuple(value.shape) != tuple(variables[key].shape)]
+    if unknown or wrong:
+        raise UserError(f"The adapter does not fit {vit.name}: " + "; ".join(
+            ([f"not in the model: {', '.join(unknown[:5])}"] if unknown else []) + wrong[:5]))
+    for key, value in tensors.items():
+        variables[key].assign(value)
