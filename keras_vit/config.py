@@ -32,9 +32,18 @@ PIXEL_NORMALIZATIONS = ("minus_one_to_one", "imagenet", "clip")
 # `.keras` files (and "rope" read from DINOv3 checkpoints).
 # The projections of an encoder block LoRA can adapt ("mlp": both MLP layers), and the default:
 # the LoRA paper's (Sec. 7.1: W_q and W_v) and peft's image-classification guide's for ViT
-# (target_modules=["query", "value"]), so a run's adapter loads into peft with the same targets.
+# (target_modules=["query", "value"]).
 LORA_TARGETS = ("query", "key", "value", "out", "mlp")
 DEFAULT_LORA_TARGETS = ("query", "value")
+
+
+def lora_targets(targets) -> Tuple[str, ...]:
+    """LoRA targets as a tuple: a sequence of names, or one string of names joined by commas."""
+    if isinstance(targets, str):
+        return tuple(t.strip() for t in targets.split(",") if t.strip())
+    return tuple(targets)
+
+
 POSITION_EMBEDDINGS = ("learned_1d", "learned_2d", "sincos_2d", "relative", "rope", "none")
 
 
@@ -240,11 +249,11 @@ class ViTConfig:
     def _check_lora(self):
         from keras_vit.utils.console import argument
 
-        targets = (self.lora_targets,) if isinstance(self.lora_targets, str) else tuple(self.lora_targets)
+        targets = lora_targets(self.lora_targets)
         unknown = sorted(set(targets) - set(LORA_TARGETS))
         if unknown or not targets:
             raise UserError(f"lora_targets {list(targets)} are not projections LoRA adapts: choose among "
-                            f"{', '.join(LORA_TARGETS)}, e.g. {argument('lora_targets', 'query,value')}.")
+                            f"{', '.join(LORA_TARGETS)}, e.g. {argument('lora_targets', ('query', 'value'))}.")
         object.__setattr__(self, "lora_targets", tuple(t for t in LORA_TARGETS if t in targets))
         rank = int(self.lora_rank)
         # The smallest side of an adapted projection: D x D in attention, D x mlp_dim in the MLP.

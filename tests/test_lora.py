@@ -177,3 +177,35 @@ def test_a_lora_run_changes_only_the_updates_and_the_head(digits_run, tmp_path, 
             np.testing.assert_array_equal(merged[key], base[key], err_msg=key)  # frozen: bit for bit
     images = np.random.default_rng(0).uniform(-1, 1, (3, 28, 28, 1)).astype("float32")
     np.testing.assert_allclose(load_adapter(workdir)(images), merged_model(images), atol=1e-6)
+
+
+def test_an_unmerged_lora_model_file_is_weights_as_its_function(tmp_path):
+    """A .keras file saved with its updates (not a run's model.keras) starts a run as the
+    function it computes: merged, not refused and not stacked under new updates."""
+    from keras_vit.training.transfer import apply_weights, resolve_weights
+
+    base = perturbed(keras_vit.ViT(keras_vit.ViTConfig(**BASE), image_size=16, num_classes=5))
+    adapted = _with_lora(base, rank=2, targets=ALL)
+    _perturb_updates(adapted)
+    adapted.save(tmp_path / "adapted.keras")
+    initial = resolve_weights(str(tmp_path / "adapted.keras"))
+    assert initial.source_config.lora_rank == 0 and not any(is_lora_key(k) for k in initial.weights)
+    for rank in (0, 3):
+        fresh = keras_vit.ViT(keras_vit.ViTConfig(**BASE, lora_rank=rank), image_size=16, num_classes=5)
+        apply_weights(fresh, initial)
+        embed = lambda m: m.backbone(_images())  # noqa: E731 - the head is the run's own
+        np.testing.assert_allclose(embed(fresh), embed(adapted), rtol=1e-5, atol=1e-5)
+
+
+def test_lora_settings_without_a_rank_are_one_line(digits_run, tmp_path, capsys):
+    code = main(["train", "--weights", str(digits_run), "--dataset", f"folder:{tmp_path / 'none'}", "--workdir",
+                 str(tmp_path / "r"), "--lora-alpha", "16"])
+    err = capsys.readouterr().err
+    assert code == 2 and "--lora-alpha has no effect without --lora-rank: add --lora-rank 8" in err, err
+
+
+def test_comma_separated_targets_are_a_list_in_python_too():
+    config = keras_vit.ViTConfig(**BASE, lora_rank=2, lora_targets="query, mlp")
+    assert config.lora_targets == ("query", "mlp")
+    with pytest.raises(UserError, match=r"lora_targets=\('query', 'value'\)"):
+        keras_vit.ViTConfig(**BASE, lora_rank=2, lora_targets=("ffn",))

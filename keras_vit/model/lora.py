@@ -18,6 +18,7 @@ from typing import Dict
 
 import numpy as np
 
+from keras_vit.config import DEFAULT_LORA_TARGETS
 from keras_vit.weights.layout import is_lora_key, variables_by_key
 from keras_vit.weights.parts import CLASSIFIER, part_of
 
@@ -56,7 +57,8 @@ def merge_lora(vit):
     from keras_vit.weights.npz import load_checkpoint
 
     config = vit.get_config()
-    config["config"] = {**config["config"], "lora_rank": 0, "lora_alpha": None}
+    config["config"] = {**config["config"], "lora_rank": 0, "lora_alpha": None,
+                        "lora_targets": list(DEFAULT_LORA_TARGETS)}
     plain = type(vit).from_config(config)
     load_checkpoint(plain, merged_params(vit))
     plain.check_input_range = vit.check_input_range

@@ -62,14 +62,17 @@ def _metadata(content: bytes) -> dict:
 def apply_adapter(vit, tensors: dict) -> None:
     """Assigns an adapter's tensors to the ViT built with its config (LoRA
     included), over the base weights already loaded; each key and shape is checked."""
+    from keras_vit.model.lora import adapter_params
     from keras_vit.weights.layout import variables_by_key
 
     variables = variables_by_key(vit)
     unknown = sorted(set(tensors) - set(variables))
+    missing = sorted(set(adapter_params(vit)) - set(tensors))  # every update and the head, or it is not this run's
     wrong = [f"{key}: adapter {tuple(value.shape)}, model {tuple(variables[key].shape)}"
              for key, value in tensors.items() if key in variables and tuple(value.shape) != tuple(variables[key].shape)]
-    if unknown or wrong:
+    if unknown or missing or wrong:
         raise UserError(f"The adapter does not fit {vit.name}: " + "; ".join(
-            ([f"not in the model: {', '.join(unknown[:5])}"] if unknown else []) + wrong[:5]))
+            ([f"not in the model: {', '.join(unknown[:5])}"] if unknown else [])
+            + ([f"missing from the adapter: {', '.join(missing[:5])}"] if missing else []) + wrong[:5]))
     for key, value in tensors.items():
         variables[key].assign(value)

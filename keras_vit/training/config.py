@@ -24,7 +24,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Optional, Tuple, Union
 
-from keras_vit.config import CLASSIFIERS, DEFAULT_LORA_TARGETS, POSITION_EMBEDDINGS, ViTConfig
+from keras_vit.config import CLASSIFIERS, DEFAULT_LORA_TARGETS, POSITION_EMBEDDINGS, ViTConfig, lora_targets
 from keras_vit.errors import UserError
 from keras_vit.variants import get_variant
 
@@ -468,8 +468,7 @@ class TrainConfig:
         if isinstance(self.model, dict):
             object.__setattr__(self, "model", ViTConfig.from_dict(self.model))
         object.__setattr__(self, "fewshot_shots", tuple(int(s) for s in self.fewshot_shots))
-        targets = self.lora_targets
-        object.__setattr__(self, "lora_targets", (targets,) if isinstance(targets, str) else tuple(targets))
+        object.__setattr__(self, "lora_targets", lora_targets(self.lora_targets))
         if self.position_embedding is not None:
             _check_choice("position_embedding", self.position_embedding, POSITION_EMBEDDINGS)
         if self.classifier is not None:
@@ -517,7 +516,13 @@ class TrainConfig:
 def upgraded(settings: dict) -> dict:
     """config.json's settings as this version writes them. In runs written before #38 a
     user's --classifier was written into the recipe: where the recipe's differs
-    from its table's, it was the user's, and moves to TrainConfig.classifier."""
+    from its table's, it was the user's, and moves to TrainConfig.classifier. Fields
+    added since (LoRA's, #39) are filled in at their defaults, which is what those runs
+    were, so that a resumed run records no setting as changed that was not."""
+    return _with_added_fields(_classifier_moved(settings)) if settings else settings
+
+
+def _classifier_moved(settings: dict) -> dict:
     recipe = settings.get("recipe")
     if "classifier" in settings or not isinstance(recipe, dict) or recipe.get("name") not in RECIPES:
         return settings
@@ -525,6 +530,14 @@ def upgraded(settings: dict) -> dict:
     if recipe.get("classifier", own) == own:
         return {**settings, "classifier": None}
     return {**settings, "classifier": recipe["classifier"], "recipe": {**recipe, "classifier": own}}
+
+
+def _with_added_fields(settings: dict) -> dict:
+    defaults = TrainConfig().to_dict()
+    out = {**{k: v for k, v in defaults.items() if k not in settings}, **settings}
+    if isinstance(out.get("model"), dict):
+        out["model"] = ViTConfig.from_dict(out["model"]).to_dict()
+    return out
 
 
 def demo_config(workdir: str = "runs/demo", **overrides) -> TrainConfig:

@@ -35,7 +35,7 @@ import math
 from typing import Optional, Tuple
 
 from keras_vit.utils import console as _console
-from keras_vit.config import ViTConfig
+from keras_vit.config import DEFAULT_LORA_TARGETS, ViTConfig
 from keras_vit.errors import UserError
 from keras_vit.training.config import RECIPES, TrainConfig, with_aug_level
 from keras_vit.variants import get_variant
@@ -181,11 +181,19 @@ def model_config(config: TrainConfig, initial=None) -> ViTConfig:
 def _check_lora(config: TrainConfig, initial) -> None:
     """LoRA adapts pre-trained weights of a classifier: refused from scratch and for
     another task (the model's own checks refuse a rank that does not fit)."""
+    flag = _console.either("--lora-rank", "lora_rank")
     if not config.lora_rank:
+        chosen = [name for name, value, default in (("lora_alpha", config.lora_alpha, None),
+                                                    ("lora_targets", config.lora_targets, DEFAULT_LORA_TARGETS))
+                  if value != default]
+        if chosen:
+            names = " and ".join(_console.either("--" + n.replace("_", "-"), n) for n in chosen)
+            verb, pronoun = ("has", "it") if len(chosen) == 1 else ("have", "them")
+            raise UserError(f"{names} {verb} no effect without {flag}: add {arg('lora_rank', 8)} (for example), "
+                            f"or leave {pronoun} out.")
         return
     from keras_vit.training.tasks import make_task
 
-    flag = _console.either("--lora-rank", "lora_rank")
     if initial is None:
         raise UserError(f"{flag} adapts pre-trained weights, and this run has none: add "
                         f"{arg('weights', 'imagenet21k')} (or a checkpoint folder, a run), or train every weight "

@@ -26,6 +26,7 @@ from keras_vit.weights import checkpoint_params, load_checkpoint, load_weights
 from keras_vit.weights.sources import NAME_PREFIXES, check_weights_exist, open_checkpoint
 from keras_vit.config import ViTConfig
 from keras_vit.model import ViT, head_layers, vits_in
+from keras_vit.model.lora import merge_lora
 from keras_vit.weights.parts import is_classifier
 
 
@@ -62,7 +63,7 @@ def resolve_weights(weights: Optional[str]) -> Optional[InitialWeights]:
                               _head_classes(checkpoint.params))
     if storage.isdir(path) or path.endswith(".keras"):
         try:
-            source = find_vit(runs.load_model(path))
+            source = merge_lora(find_vit(runs.load_model(path)))  # an unmerged LoRA model: its function
         except runs.ModelFileError as error:
             raise UserError(f"{_console.either('--weights', 'weights')}: {error}") from None
         params = checkpoint_params(source)
@@ -114,7 +115,6 @@ def load_adapter(path, weights: Optional[str] = None):
     (or `weights`, the same base elsewhere: a copied file, another cache),
     loaded as the run loaded it, the adapter applied, the updates merged.
     Equals the run's model.keras."""
-    from keras_vit.model.lora import merge_lora
     from keras_vit.runs.adapter import apply_adapter, read_adapter
 
     tensors, base, model_config = read_adapter(path)

@@ -43,10 +43,27 @@ def is_hf_directory(path) -> bool:
         return False
 
 
-def read_hf_directory(directory, source: Optional[str] = None) -> Checkpoint:
-    """An HF transformers ViT (or DeiT, DINOv2, SigLIP, CLIP) directory as a Checkpoint."""
+def read_hf_directory(directory, source: Optional[str] = None,
+                      tensors: Optional[Dict[str, np.ndarray]] = None) -> Checkpoint:
+    """An HF transformers ViT (or DeiT, DINOv2, SigLIP, CLIP) directory as a
+    Checkpoint; `tensors`: the directory's own tensors changed (a peft adapter
+    merged into them, keras_vit.weights.peft), read from it when None."""
     directory = os.fspath(directory)
     where = source or directory
+    if tensors is None:
+        tensors = read_hf_tensors(directory, where)
+    mapped = map_family(read_json(os.path.join(directory, "config.json")), tensors, where)
+    fields = dict(mapped.fields)
+    if "pixel_normalization" not in fields:  # a family's weights fix theirs; ViT's preprocessor says
+        normalization = processor_normalization(directory, where)
+        if normalization is not None:
+            fields["pixel_normalization"] = normalization
+    return Checkpoint(config=ViTConfig(**fields), params=mapped.params, image_size=mapped.image_size,
+                      labels=mapped.labels, source=where, num_channels=mapped.num_channels)
+
+
+def read_hf_tensors(directory, where) -> Dict[str, np.ndarray]:
+    """{on-disk name: array} of an HF directory's model.safetensors (never a pickle)."""
     weights = os.path.join(directory, "model.safetensors")
     if not os.path.isfile(weights):
         if os.path.isfile(os.path.join(directory, "model.safetensors.index.json")):
@@ -57,14 +74,7 @@ def read_hf_directory(directory, source: Optional[str] = None) -> Checkpoint:
             if os.path.isfile(os.path.join(directory, name)):
                 refuse_pickle(os.path.join(directory, name))
         raise UserError(f"{where} has no model.safetensors next to its config.json.")
-    mapped = map_family(read_json(os.path.join(directory, "config.json")), read_safetensors(weights), where)
-    fields = dict(mapped.fields)
-    if "pixel_normalization" not in fields:  # a family's weights fix theirs; ViT's preprocessor says
-        normalization = processor_normalization(directory, where)
-        if normalization is not None:
-            fields["pixel_normalization"] = normalization
-    return Checkpoint(config=ViTConfig(**fields), params=mapped.params, image_size=mapped.image_size,
-                      labels=mapped.labels, source=where, num_channels=mapped.num_channels)
+    return read_safetensors(weights)
 
 
 def processor_normalization(directory, where) -> Optional[str]:

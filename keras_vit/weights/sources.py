@@ -139,7 +139,11 @@ def check_weights_exist(weights) -> None:
 
 def directory_kind(directory) -> Optional[str]:
     """"hf", "kerashub" or "timm" for a checkpoint directory of that kind (by its
-    config.json), else None."""
+    config.json), "peft" for a peft adapter folder (adapter_config.json), else None."""
+    from keras_vit.weights.peft import is_peft_directory
+
+    if is_peft_directory(directory):
+        return "peft"
     config_path = os.path.join(os.fspath(directory), "config.json")
     if not os.path.isfile(config_path):
         return None
@@ -155,6 +159,10 @@ def directory_kind(directory) -> Optional[str]:
 
 def _open_directory(directory) -> Checkpoint:
     kind = directory_kind(directory)
+    if kind == "peft":  # a peft LoRA adapter: its base, with the adapter merged
+        from keras_vit.weights.peft import read_peft_directory
+
+        return read_peft_directory(directory)
     if kind == "hf":
         from keras_vit.weights.hf import read_hf_directory
 

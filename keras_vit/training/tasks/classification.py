@@ -97,7 +97,7 @@ class ClassificationTask(Task):
         keras.config.set_dtype_policy("float32")
         try:
             copy = ViT.from_config(config)
+            copy.set_weights(model.get_weights())
+            return merge_lora(copy)  # a LoRA run's updates merged into its kernels: a plain ViT
         finally:
             keras.config.set_dtype_policy(previous)
-        copy.set_weights(model.get_weights())
-        return merge_lora(copy)  # a LoRA run's updates merged into its kernels: a plain ViT

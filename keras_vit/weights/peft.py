@@ -1,0 +1,158 @@
+"""peft LoRA adapter folders (adapter_config.json + adapter_model.safetensors), read merged.
+
+A peft adapter names its base (`base_model_name_or_path`: an HF transformers
+folder or Hub name) and holds, for each adapted module, lora_A.weight (r, in)
+and lora_B.weight (out, r), plus whole tensors that replace the base's
+(`modules_to_save`: a new classifier; trained biases). Reading one merges it
+into the base's tensors, W + scale * B A with scale alpha / r (alpha / sqrt(r)
+with rsLoRA; `rank_pattern`/`alpha_pattern` per module), under the base's
+on-disk names, and hands them to the base family's adapter
+(keras_vit.weights.hf): the Checkpoint is the base's architecture with the
+adapter's function. The files are safetensors: nothing is unpickled.
+
+peft saves module paths, not file names. transformers 5 renamed ViT's,
+DeiT's and DINOv2's modules (`vit.layers.0.attention.q_proj`, where 4.x and
+every file on disk say `vit.encoder.layer.0.attention.attention.query`), so
+adapters of both generations exist: MODULE_NAMES maps a 5.x path to the
+on-disk name, and each module is looked up under its own name first.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from typing import Dict, Optional
+
+import numpy as np
+
+from keras_vit.errors import UserError
+from keras_vit.weights.checkpoint import Checkpoint, read_json, read_safetensors, refuse_pickle
+
+ADAPTER_CONFIG = "adapter_config.json"
+ADAPTER_WEIGHTS = "adapter_model.safetensors"
+PREFIX = "base_model.model."  # what peft puts before every module path it saves
+_PROJECTIONS = {"q_proj": "attention.query", "k_proj": "attention.key", "v_proj": "attention.value",
+                "o_proj": "output.dense"}
+# transformers 5 module path -> the name its checkpoint files keep (the 4.x module path).
+MODULE_NAMES = [
+    # ViT, DeiT: "vit.layers.N" is "vit.encoder.layer.N" on disk, their MLP "intermediate"/"output".
+    *[(rf"(^|\.)layers\.(\d+)\.attention\.{new}$", rf"\1encoder.layer.\2.attention.{old}")
+      for new, old in _PROJECTIONS.items()],
+    (r"(^|\.)layers\.(\d+)\.mlp\.fc1$", r"\1encoder.layer.\2.intermediate.dense"),
+    (r"(^|\.)layers\.(\d+)\.mlp\.fc2$", r"\1encoder.layer.\2.output.dense"),
+    # DINOv2: the blocks keep "encoder.layer.N", the attention's projections are renamed.
+    *[(rf"(^|\.)attention\.{new}$", rf"\1attention.{old}") for new, old in _PROJECTIONS.items()],
+]
+
+
+def is_peft_directory(path) -> bool:
+    return os.path.isfile(os.path.join(os.fspath(path), ADAPTER_CONFIG))
+
+
+def read_peft_directory(directory, source: Optional[str] = None) -> Checkpoint:
+    """The base a peft LoRA adapter folder names, with the adapter merged (see the module docstring)."""
+    from keras_vit.weights.hf import is_hf_directory, read_hf_directory, read_hf_tensors
+
+    directory = os.fspath(directory)
+    where = source or directory
+    settings = read_json(os.path.join(directory, ADAPTER_CONFIG))
+    _check_settings(settings, where)
+    base = _base_directory(settings, where)
+    if not is_hf_directory(base):
+        raise UserError(f"{where}: its base {settings['base_model_name_or_path']!r} is not an HF transformers folder "
+                        f"(config.json with model_type + model.safetensors): peft adapters of transformers models "
+                        f"are read.")
+    tensors = read_hf_tensors(base, base)
+    merged = merge_adapter(tensors, _adapter_tensors(directory, where), settings, f"{where} (base {base})")
+    return read_hf_directory(base, source=f"{where} (peft LoRA on {settings['base_model_name_or_path']})",
+                             tensors=merged)
+
+
+def _check_settings(settings: dict, where: str) -> None:
+    kind = settings.get("peft_type")
+    refusals = [
+        (kind != "LORA", f"is a peft {kind} adapter; keras-vit reads LoRA adapters"),
+        (settings.get("use_dora"), "is a DoRA adapter (use_dora), which is not a plain low-rank update"),
+        (settings.get("fan_in_fan_out"), "stores transposed (fan_in_fan_out, GPT-2's Conv1D layers)"),
+        (settings.get("layer_replication"), "replicates layers (layer_replication)"),
+        (settings.get("target_parameters"), "adapts parameters, not modules (target_parameters)"),
+        (settings.get("lora_bias"), "trains a LoRA bias (lora_bias)"),
+    ]
+    for refused, why in refusals:
+        if refused:
+            raise UserError(f"{where} {why}: merge it with peft (model.merge_and_unload(), then save_pretrained) "
+                            f"and load that folder.")
+
+
+def _base_directory(settings: dict, where: str) -> str:
+    name = settings.get("base_model_name_or_path")
+    if not name:
+        raise UserError(f"{where}: adapter_config.json names no base model (base_model_name_or_path): set it to "
+                        f"the base's folder or Hub name, as peft writes it when the base came from from_pretrained.")
+    if os.path.isdir(name):
+        return name
+    if os.path.isabs(name) or name.startswith((".", "~")) or name.count("/") != 1:
+        raise UserError(f"{where}: its base model {name!r} does not exist: put the base's folder there, or set "
+                        f"base_model_name_or_path in adapter_config.json to where it is.")
+    from keras_vit.weights.download import hf_directory
+
+    return hf_directory(name)
+
+
+def _adapter_tensors(directory: str, where: str) -> Dict[str, np.ndarray]:
+    path = os.path.join(directory, ADAPTER_WEIGHTS)
+    if not os.path.isfile(path):
+        if os.path.isfile(os.path.join(directory, "adapter_model.bin")):
+            refuse_pickle(os.path.join(directory, "adapter_model.bin"))
+        raise UserError(f"{where} has no {ADAPTER_WEIGHTS} next to its {ADAPTER_CONFIG}.")
+    return read_safetensors(path)
+
+
+def merge_adapter(base: Dict[str, np.ndarray], adapter: Dict[str, np.ndarray], settings: dict,
+                  where: str) -> Dict[str, np.ndarray]:
+    """The base's tensors (on-disk names) with the adapter merged: each lora_A/lora_B
+    pair added into its module's weight, every other adapter tensor replacing the base's."""
+    merged = dict(base)
+    pairs: Dict[str, dict] = {}
+    for name, value in adapter.items():
+        name = name[len(PREFIX):] if name.startswith(PREFIX) else name
+        match = re.fullmatch(r"(.+)\.lora_([AB])(?:\.[^.]+)?\.weight", name)
+        if match:
+            pairs.setdefault(match.group(1), {})[match.group(2)] = value
+            continue
+        module, leaf = name.rsplit(".", 1)
+        merged[f"{_on_disk(module, base, where)}.{leaf}"] = value  # modules_to_save, trained biases
+    for module, factors in sorted(pairs.items()):
+        if set(factors) != {"A", "B"}:
+            raise UserError(f"{where}: the adapter holds lora_{''.join(sorted(factors))} of {module} without its pair.")
+        a, b = factors["A"].astype(np.float64), factors["B"].astype(np.float64)
+        weight = f"{_on_disk(module, base, where)}.weight"
+        if a.shape[0] != b.shape[1] or (b.shape[0], a.shape[1]) != base[weight].shape:
+            raise UserError(f"{where}: the update of {module} ({b.shape[0]}x{a.shape[1]}) does not fit the base's "
+                            f"{weight} {base[weight].shape}: the adapter was trained on another architecture; give "
+                            f"it the base it was trained on.")
+        update = _scale(module, a.shape[0], settings) * (b @ a)
+        merged[weight] = (base[weight].astype(np.float64) + update).astype(base[weight].dtype)
+    return merged
+
+
+def _on_disk(module: str, base: Dict[str, np.ndarray], where: str) -> str:
+    """The base's on-disk name of an adapter's module path (its own, or MODULE_NAMES')."""
+    candidates = [module] + [re.sub(pattern, name, module) for pattern, name in MODULE_NAMES
+                             if re.search(pattern, module)]
+    for candidate in candidates:
+        if any(key.startswith(candidate + ".") for key in base):
+            return candidate
+    raise UserError(f"{where}: the adapter's module {module} is not in the base model: the adapter was trained on "
+                    f"another architecture; give it the base it was trained on.")
+
+
+def _scale(module: str, rank: int, settings: dict) -> float:
+    """alpha / r of one module (alpha / sqrt(r) with rsLoRA), alpha_pattern's alpha where a pattern
+    names the module (peft's rule: the pattern matches the path's end)."""
+    alpha = settings.get("lora_alpha", 8)
+    for pattern, value in (settings.get("alpha_pattern") or {}).items():
+        if re.fullmatch(rf"(.*\.)?(?:{pattern})", module):
+            alpha = value
+            break
+    return alpha / (rank ** 0.5 if settings.get("use_rslora") else rank)
