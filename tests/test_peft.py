@@ -134,3 +134,28 @@ def test_an_adapter_on_another_base_is_one_line(vit_adapter, tmp_path):
     edited = _edited(vit_adapter[1], tmp_path, base_model_name_or_path=str(tmp_path / "other"))
     with pytest.raises(UserError, match="the adapter was trained on another architecture; give it the base"):
         keras_vit.from_pretrained(str(edited))
+
+
+@pytest.mark.slow
+def test_a_lora_run_from_a_vit_folder_writes_an_adapter_peft_loads(vit_adapter, tmp_path):
+    """A LoRA run from an HF ViT folder writes WORKDIR/peft; peft applies it to that base
+    (a ViTForImageClassification with the run's classes) and gives the run's model.keras logits."""
+    from keras_vit.training import TrainConfig, train
+
+    base = json.loads((vit_adapter[1] / "adapter_config.json").read_text())["base_model_name_or_path"]
+    config = TrainConfig.create("finetune", weights=base, dataset="mnist5k", image_size=32, steps=2, batch_size=8,
+                                warmup_steps=0, learning_rate=0.05, eval_batch_size=100, workdir=str(tmp_path / "run"),
+                                lora_rank=2, lora_alpha=3, lora_targets=("query", "out", "mlp"), progress=False,
+                                jit_compile=False, strategy="default")
+    results = train(config)
+    folder = results["peft_adapter_path"]
+    settings = json.loads((tmp_path / "run" / "peft" / "adapter_config.json").read_text())
+    assert settings["target_modules"] == ["fc1", "fc2", "o_proj", "q_proj"] and settings["base_model_name_or_path"] == base
+    hf = transformers.ViTForImageClassification.from_pretrained(base, num_labels=10, ignore_mismatched_sizes=True)
+    adapted = peft.PeftModel.from_pretrained(hf, folder).eval()
+    model = keras_vit.load_model(str(tmp_path / "run"))
+    digits = np.random.default_rng(3).uniform(-1, 1, (2, 32, 32, 3)).astype("float32")
+    with torch.no_grad():
+        expected = adapted(pixel_values=pixels(digits)).logits.numpy()
+    np.testing.assert_allclose(model(digits), expected, atol=1e-4, rtol=1e-4)
+    assert np.abs(model(digits)).max() > 1e-3  # the head moved: the comparison means something

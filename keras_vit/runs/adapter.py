@@ -76,3 +76,71 @@ def apply_adapter(vit, tensors: dict) -> None:
             + ([f"missing from the adapter: {', '.join(missing[:5])}"] if missing else []) + wrong[:5]))
     for key, value in tensors.items():
         variables[key].assign(value)
+
+
+# --- peft's layout --------------------------------------------------------------------------------
+
+PEFT_DIR = "peft"  # <workdir>/peft: adapter_config.json + adapter_model.safetensors
+# The key table's block parts -> transformers 5's module names in ViTForImageClassification
+# (what peft saves: module paths, not file names; keras_vit.weights.peft reads them back).
+_PEFT_MODULES = {"query": "attention.q_proj", "key": "attention.k_proj", "value": "attention.v_proj",
+                 "out": "attention.o_proj", "fc1": "mlp.fc1", "fc2": "mlp.fc2"}
+
+
+def peft_base(base) -> "str | None":
+    """What peft's base_model_name_or_path is for a run's --weights: an HF transformers ViT
+    folder (its path) or `hf:ORG/NAME` (ORG/NAME); None for any other base, which peft
+    cannot load."""
+    import os
+
+    from keras_vit.weights.checkpoint import read_json
+
+    base = os.fspath(base)
+    if base.startswith("hf:"):
+        from keras_vit.weights.download import hf_directory
+
+        name, _, revision = base[3:].partition("@")
+        folder = hf_directory(name, revision or None)
+    else:
+        name = folder = base
+    config = os.path.join(folder, "config.json")
+    if not os.path.isfile(config) or read_json(config).get("model_type") != "vit":
+        return None
+    return name
+
+
+def write_peft_adapter(workdir, vit, base: str) -> str:
+    """The LoRA updates and the head of `vit` as the peft adapter folder a PyTorch user
+    loads with peft.PeftModel.from_pretrained(ViTForImageClassification of `base`, folder):
+    lora_A.weight = A^T (r, in), lora_B.weight = B^T (out, r) under transformers 5's module
+    names, the head as modules_to_save. -> the folder."""
+    from safetensors.numpy import save
+
+    from keras_vit.model.lora import adapter_params
+    from keras_vit.weights.layout import BLOCK_PARTS, block_of
+
+    lora = vit.config.lora
+    parts = {path: name for name, path in BLOCK_PARTS.items()}
+    tensors, targets = {}, set()
+    for key, value in adapter_params(vit).items():
+        if key.startswith("head/"):
+            leaf = "weight" if key.endswith("kernel") else "bias"
+            tensors[f"base_model.model.classifier.{leaf}"] = value.T if leaf == "weight" else value
+            continue
+        block, (path, leaf) = block_of(key), key.split("/", 2)[2].rsplit("/", 1)
+        module = _PEFT_MODULES[parts[path]]
+        targets.add(module.rsplit(".", 1)[1])
+        factor = "lora_A" if leaf == "lora_a" else "lora_B"
+        tensors[f"base_model.model.vit.layers.{block}.{module}.{factor}.weight"] = np.ascontiguousarray(value.T)
+    settings = {"peft_type": "LORA", "base_model_name_or_path": base, "r": lora["rank"],
+                "lora_alpha": lora["alpha"], "target_modules": sorted(targets), "modules_to_save": ["classifier"],
+                "lora_dropout": 0.0, "bias": "none", "use_rslora": False, "use_dora": False,
+                "fan_in_fan_out": False, "task_type": None, "inference_mode": True,
+                "auto_mapping": {"base_model_class": "ViTForImageClassification",
+                                 "parent_library": "transformers.models.vit.modeling_vit"}}
+    folder = storage.join(workdir, PEFT_DIR)
+    storage.makedirs(folder)
+    storage.write_bytes(storage.join(folder, "adapter_model.safetensors"),
+                        save({k: np.ascontiguousarray(v, np.float32) for k, v in tensors.items()}))
+    storage.write_text(storage.join(folder, "adapter_config.json"), json.dumps(settings, indent=2))
+    return folder

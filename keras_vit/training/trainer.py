@@ -29,7 +29,7 @@ from keras_vit.utils import console as _console, locks, storage
 from keras_vit.errors import CannotContinue, UserError
 from keras_vit.model import fuse_gelu, rematerialize_blocks
 from keras_vit.model.lora import parameter_counts
-from keras_vit.runs.adapter import write_adapter
+from keras_vit.runs.adapter import peft_base, write_adapter, write_peft_adapter
 from keras_vit.training import data as data_lib
 from keras_vit.training import memory as memory_lib
 from keras_vit.training import plan as plan_lib
@@ -458,8 +458,11 @@ class Trainer:
             results.update(self._few_shot(exported))
         results["model_path"] = runs.save_model(self.plan.config.workdir, exported)
         if self.plan.model.lora_rank:  # what the run trained, apart from its base (keras_vit.training.load_adapter)
-            results["adapter_path"] = write_adapter(self.plan.config.workdir, find_vit(self.model),
-                                                    self.requested.weights)
+            vit, workdir = find_vit(self.model), self.plan.config.workdir
+            results["adapter_path"] = write_adapter(workdir, vit, self.requested.weights)
+            base = peft_base(self.requested.weights) if vit.pre_logits is None else None
+            if base is not None:  # an HF transformers ViT base: the same adapter in peft's layout, for PyTorch
+                results["peft_adapter_path"] = write_peft_adapter(workdir, vit, base)
         results["wall_time_s"] = time.time() - self.started
         self.segment.update(end_step=self.step, ended="finished", train=self.last_logs, eval=final,
                             images_per_sec=results["images_per_sec"], wall_time_s=results["wall_time_s"])
