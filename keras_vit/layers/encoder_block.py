@@ -104,19 +104,17 @@ class EncoderBlock(keras.layers.Layer):
         checks the list against every SeedGenerator the block holds.
         """
         states = [generator.state for generator in self.seed_generators]
-        # Read once, before the forward pass; the recomputation rewinds to the same tensors. They
-        # reach `forward` by closure, not as inputs: keras.remat would watch them for gradients,
-        # and TensorFlow warns of every integer tensor it is asked to watch.
         start = [state.value for state in states]
 
         angles = () if rope is None else tuple(rope)
 
-        def forward(x, *rope_now):
-            for state, value in zip(states, start):
+        def forward(x, *inputs):
+            rope_now, start_now = (inputs[:2], inputs[2:]) if angles else (None, inputs)
+            for state, value in zip(states, start_now):
                 state.assign(value)
-            return self._residual_branches(x, True, False, rope_now or None)
+            return self._residual_branches(x, True, False, rope_now)
 
-        return keras.remat(forward)(x, *angles)
+        return keras.remat(forward)(x, *angles, *start)
 
     def _residual_branches(self, x, training, return_attention_scores, rope=None):
         y = self.attention_norm(x)
