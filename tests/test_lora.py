@@ -209,3 +209,28 @@ def test_comma_separated_targets_are_a_list_in_python_too():
     assert config.lora_targets == ("query", "mlp")
     with pytest.raises(UserError, match=r"lora_targets=\('query', 'value'\)"):
         keras_vit.ViTConfig(**BASE, lora_rank=2, lora_targets=("ffn",))
+
+
+def test_an_adapter_file_round_trips_and_a_partial_one_is_refused(tmp_path):
+    """adapter.safetensors alone (no run): the updates and the head, the base's name and the
+    config; applied to the model built from that config over the same base, the same outputs."""
+    from keras_vit.runs.adapter import apply_adapter, read_adapter, write_adapter
+
+    base = perturbed(keras_vit.ViT(keras_vit.ViTConfig(**BASE, **FAMILIES["deit"]), image_size=16, num_classes=5))
+    adapted = _with_lora(base, rank=2, targets=("value", "mlp"))
+    _perturb_updates(adapted)
+    path = write_adapter(tmp_path, adapted, "the/base.npz")
+    tensors, named_base, config = read_adapter(tmp_path)  # the run folder finds its file
+    assert named_base == "the/base.npz" and sorted(tensors) == sorted(adapter_params(adapted))
+    again = keras_vit.ViT.from_config(config)
+    load_checkpoint(again, checkpoint_params(base))
+    apply_adapter(again, tensors)
+    np.testing.assert_array_equal(again(_images()), adapted(_images()))
+    with pytest.raises(UserError, match="missing from the adapter: head_dist/bias"):
+        apply_adapter(again, {k: v for k, v in tensors.items() if k != "head_dist/bias"})
+    with pytest.raises(UserError, match="is not a keras_vit LoRA adapter"):
+        from safetensors.numpy import save_file
+
+        save_file({"x": np.zeros(2, np.float32)}, str(tmp_path / "other.safetensors"), metadata={"format": "peft"})
+        read_adapter(tmp_path / "other.safetensors")
+    assert path.endswith("adapter.safetensors")
