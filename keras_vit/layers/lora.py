@@ -54,7 +54,6 @@ class LowRankUpdate(keras.layers.Layer):
 
     def build(self, input_shape):
         fan_in = math.prod(int(s) for s in input_shape[-self.input_axes:])
-        self.input_features = fan_in
         bound = 1.0 / math.sqrt(fan_in)
         self.lora_a = self.add_weight(name="lora_a", shape=(fan_in, self.rank),
                                       initializer=keras.initializers.RandomUniform(-bound, bound))

@@ -96,15 +96,14 @@ def peft_base(base) -> "str | None":
     from keras_vit.weights.checkpoint import read_json
 
     base = os.fspath(base)
-    if base.startswith("hf:"):
-        from keras_vit.weights.download import hf_directory
+    if base.startswith("hf:"):  # the run downloaded it at its start: the cache has it, no network asked
+        from keras_vit.weights.download import cached_file
 
         name, _, revision = base[3:].partition("@")
-        folder = hf_directory(name, revision or None)
+        config = cached_file(name, "config.json", revision or None)
     else:
-        name = folder = base
-    config = os.path.join(folder, "config.json")
-    if not os.path.isfile(config) or read_json(config).get("model_type") != "vit":
+        name, config = base, os.path.join(base, "config.json")
+    if config is None or not os.path.isfile(config) or read_json(config).get("model_type") != "vit":
         return None
     return name
 

@@ -17,7 +17,7 @@ import json
 import sys
 
 from keras_vit.utils.flags import UsageError, image_size, non_negative_int, positive_int
-from keras_vit.config import CLASSIFIERS, LORA_TARGETS, POSITION_EMBEDDINGS
+from keras_vit.config import CLASSIFIERS, LORA_TARGETS, POSITION_EMBEDDINGS, lora_targets
 from keras_vit.errors import UserError
 from keras_vit.training import config as config_lib
 
@@ -97,7 +97,7 @@ def _shots(text):
 
 
 def _lora_targets(text):
-    targets = tuple(t.strip() for t in text.split(",") if t.strip())
+    targets = lora_targets(text)
     unknown = sorted(set(targets) - set(LORA_TARGETS))
     if unknown or not targets:
         raise argparse.ArgumentTypeError(f"{text!r}: choose among {','.join(LORA_TARGETS)}, e.g. query,value")

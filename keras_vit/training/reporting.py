@@ -6,10 +6,10 @@ from __future__ import annotations
 import time
 from typing import Optional
 
-import numpy as np
 import tensorflow as tf
 
 from keras_vit import runs
+from keras_vit.model.lora import parameter_counts
 from keras_vit.training import data as data_lib
 from keras_vit.training.evaluation import extract_features, few_shot_linear_eval
 
@@ -71,8 +71,8 @@ class Report:
         config = plan.config
         self.chief = chief
         if chief:
-            params = sum(int(np.prod(v.shape)) for v in model.trainable_variables)
-            total = sum(int(np.prod(v.shape)) for v in model.weights)
+            counts = parameter_counts(model)
+            params, total = counts["trainable"], counts["total"]
             counted = f"{params:,} parameters" if params == total else f"{params:,} of {total:,} parameters train"
             print(f"keras-vit train: {model.name} ({counted}) at {plan.image_size}, "
                   f"recipe {plan.recipe.name}, {source.name} ({plan.num_classes} classes, "

@@ -431,6 +431,7 @@ class Trainer:
 
     def _finish(self) -> dict:
         final = self._evaluate_as_is()
+        counts = parameter_counts(self.model)
         self.report.eval(self.step, final)
         self.report.close()
         results = {
@@ -438,8 +439,8 @@ class Trainer:
             "steps_this_session": self.step - self.session_start_step,
             "images_per_sec": self.timer.images_per_sec(), "wall_time_s": None,
             "strategy": self.plan.strategy, "num_replicas": self.plan.num_replicas,
-            "num_params": int(sum(np.prod(v.shape) for v in self.model.trainable_variables)),
-            "parameters": parameter_counts(self.model),  # {"trainable", "total"}: a LoRA run trains a part
+            "num_params": counts["trainable"],
+            "parameters": counts,  # {"trainable", "total"}: a LoRA run trains a part
             "dataset": {"name": self.source.name, "num_classes": self.source.num_classes,
                         "sizes": self.source.sizes},
             "data_problems": self.source.problems.summary(),

@@ -128,6 +128,13 @@ def hf_directory(repo: str, revision: Optional[str] = None) -> str:
     return directory
 
 
+def cached_file(repo: str, filename: str, revision: Optional[str] = None) -> Optional[str]:
+    """The local path of `filename` of `repo` if the Hugging Face cache holds it, else None;
+    never reaches the network (what a run that already downloaded the repo asks afterwards)."""
+    found = _hub().try_to_load_from_cache(repo, filename, revision=revision)
+    return found if isinstance(found, str) else None
+
+
 def timm_files(name: str, revision: Optional[str] = None) -> Tuple[str, Optional[str]]:
     """(model.safetensors, config.json or None) of timm's HF Hub repo timm/NAME."""
     repo = name if "/" in name else f"timm/{name}"
