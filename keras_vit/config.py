@@ -247,7 +247,7 @@ class ViTConfig:
         object.__setattr__(self, "rope_theta", float(self.rope_theta))
 
     def _check_lora(self):
-        from keras_vit.utils.console import argument
+        from keras_vit.utils.console import argument, either
 
         targets = lora_targets(self.lora_targets)
         unknown = sorted(set(targets) - set(LORA_TARGETS))
@@ -259,7 +259,7 @@ class ViTConfig:
         # The smallest side of an adapted projection: D x D in attention, D x mlp_dim in the MLP.
         side = min(self.hidden_size, self.mlp_dim) if "mlp" in self.lora_targets else self.hidden_size
         if rank < 0 or rank > side:
-            raise UserError(f"lora_rank {rank} does not fit the projections it adapts ({', '.join(self.lora_targets)}"
+            raise UserError(f"{either('--lora-rank', 'lora_rank')} {rank} does not fit the projections it adapts ({', '.join(self.lora_targets)}"
                             f": the smallest is {side} wide): choose a rank from 1 to {side} (LoRA's usual: 4 to 16).")
         object.__setattr__(self, "lora_rank", rank)
         if self.lora_alpha is not None:

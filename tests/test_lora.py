@@ -126,6 +126,8 @@ def test_an_official_layout_writer_refuses_unmerged_updates(tmp_path):
     (["--model", "Nano/4", "--lora-rank", "4"], "--lora-rank adapts pre-trained weights, and this run has none"),
     (["--recipe", "masked_patch", "--lora-rank", "4"], "--lora-rank fine-tunes a classifier; the masked_patch task"),
     (["--lora-rank", "4", "--lora-targets", "query,ffn"], "argument --lora-targets: 'query,ffn': choose among"),
+    (["--lora-rank", "4096"], "--lora-rank 4096 does not fit the projections it adapts (query, value: the smallest "
+                              "is 32 wide): choose a rank from 1 to 32"),
 ])
 def test_lora_without_weights_or_a_classifier_is_one_line_before_the_data(argv, message, digits_run, tmp_path,
                                                                            capsys):
