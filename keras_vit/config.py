@@ -35,6 +35,11 @@ PIXEL_NORMALIZATIONS = ("minus_one_to_one", "imagenet", "clip")
 # (target_modules=["query", "value"]).
 LORA_TARGETS = ("query", "key", "value", "out", "mlp")
 DEFAULT_LORA_TARGETS = ("query", "value")
+# Integer projections in the encoder blocks (keras_vit.layers.quantization): Keras' own int8
+# (per-channel weights, per-token activations) and int4 (weights only, groups of 128 input
+# rows). Not Keras' float8: it is float8 *training* (float32 weights, scales learned as it
+# trains, for GPUs with float8 matmuls), keras_vit.model.quantization.check_mode says so.
+QUANTIZATION_MODES = ("int8", "int4")
 
 
 def lora_targets(targets) -> Tuple[str, ...]:
@@ -160,6 +165,10 @@ class ViTConfig:
             rank (a scale of 1).
         lora_targets: among LORA_TARGETS ("query", "key", "value", "out",
             "mlp"); default ("query", "value").
+        quantization: None (float), or one of QUANTIZATION_MODES: the
+            encoder blocks' projections hold their weights in that form
+            (keras_vit.quantize makes such a model from a float one); the
+            rest (patch embedding, tokens, norms, heads) stays float.
     """
 
     patch_size: int
@@ -192,6 +201,7 @@ class ViTConfig:
     lora_rank: int = 0
     lora_alpha: Optional[float] = None
     lora_targets: Tuple[str, ...] = DEFAULT_LORA_TARGETS
+    quantization: Optional[str] = None
 
     def __post_init__(self):
         if isinstance(self.resnet, dict):
@@ -226,6 +236,9 @@ class ViTConfig:
                             f"{divisor}, got {self.hidden_size}: change hidden_size or the position embedding.")
         self._check_rope()
         self._check_lora()
+        if self.quantization is not None and self.quantization not in QUANTIZATION_MODES:
+            raise UserError(f"quantization must be None or one of {', '.join(QUANTIZATION_MODES)}, got "
+                            f"{self.quantization!r}.")
         self._check_family_fields()
         object.__setattr__(self, "layer_norm_epsilon", float(self.layer_norm_epsilon))
         object.__setattr__(self, "gelu_approximate", bool(self.gelu_approximate))

@@ -29,6 +29,7 @@ from keras_vit.errors import CannotContinue, UserError
 COMMANDS = {
     "train": ("keras_vit.training.cli", "train or fine-tune a ViT (tf.distribute)"),
     "export": ("keras_vit.export.cli", "export SavedModel / TFLite / ONNX, validated against Keras"),
+    "quantize": ("keras_vit.cli.quantize", "int8 / int4 weights for a smaller model to serve"),
     "predict": ("keras_vit.inspection.cli_predict", "top-k labels for image files"),
     "inspect": ("keras_vit.inspection.cli_inspect", "attention maps and the paper's figures"),
     "bench": ("keras_vit.cli.bench", "benchmark against keras-hub and PyTorch"),

@@ -66,6 +66,10 @@ class ExportFormat:
         for (Build.attempt 1, 2, ...) when an artifact misses only its top-1
         agreement (accuracy within budget, nothing else wrong); each is held
         to the same thresholds. 0: none.
+    quantized_thresholds: what the artifact of a quantised model
+        (keras_vit.quantize) must meet against that model; None: `thresholds`.
+    refuses_quantized: why the format does not take a quantised model
+        (skipped among the defaults, refused when named); "": it takes one.
     """
 
     name: str
@@ -80,11 +84,15 @@ class ExportFormat:
     calibrated: bool = False
     check_outputs: Optional[Callable[[Mapping, List[str]], List[str]]] = None
     agreement_retries: int = 0
+    quantized_thresholds: Optional[Mapping[str, Optional[float]]] = None
+    refuses_quantized: str = ""
 
     def relative_path(self, name: str, version: int) -> str:
         """The artifact's path relative to --out."""
         return os.path.join(*self.layout.format(name=name, version=version).split("/"))
 
-    def limits(self, overrides: Optional[Mapping] = None) -> Dict[str, Optional[float]]:
-        """The thresholds, with `overrides` (export(thresholds={name: {...}})) on top."""
-        return {**self.thresholds, **((overrides or {}).get(self.name) or {})}
+    def limits(self, overrides: Optional[Mapping] = None, quantized: bool = False) -> Dict[str, Optional[float]]:
+        """The thresholds (a quantised model's, for one), with `overrides`
+        (export(thresholds={name: {...}})) on top."""
+        base = self.quantized_thresholds if quantized and self.quantized_thresholds is not None else self.thresholds
+        return {**base, **((overrides or {}).get(self.name) or {})}

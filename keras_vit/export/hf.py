@@ -47,4 +47,5 @@ EXPORT_FORMATS = (ExportFormat(
     check=check,
     default=False,
     extra="reference",
+    refuses_quantized="transformers' ViT holds float weights: export the float model it was quantised from",
 ),)

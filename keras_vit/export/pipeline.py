@@ -226,9 +226,18 @@ class Exporter:
         refuses what it cannot write: a format asked for stops the export
         (MissingExtra names the extra); a default one whose packages are
         missing is skipped, since the defaults are what this installation can write."""
-        usable, skipped = [], {}
+        from keras_vit.model.quantization import quantization_of
+
+        usable, skipped, mode = [], {}, quantization_of(model)
         for name in self.names:
             fmt = REGISTRY[name]
+            if mode and fmt.refuses_quantized:
+                why = f"{name} does not take a quantised ({mode}) model: {fmt.refuses_quantized}"
+                if not self.by_default:
+                    raise ExportError(why + ".")
+                skipped[name] = why
+                self.say(f"{name} skipped (a default format): {why}")
+                continue
             try:
                 fmt.check(model)
             except MissingExtra as error:
@@ -339,7 +348,10 @@ class Exporter:
         from keras_vit.export import validate
 
         relative = fmt.relative_path(src.name, version)
-        artifact, limits = os.path.join(built, relative), fmt.limits(self.thresholds)
+        from keras_vit.model.quantization import quantization_of
+
+        artifact = os.path.join(built, relative)
+        limits = fmt.limits(self.thresholds, quantized=bool(quantization_of(src.model)))
         start = time.perf_counter()
         self.say(f"{fmt.name}: converting")
         try:

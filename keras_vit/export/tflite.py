@@ -59,7 +59,9 @@ def write_source(model, path):
     import tensorflow as tf
 
     from keras_vit.export import serving
+    from keras_vit.model.quantization import dequantized
 
+    model = dequantized(model)  # a quantised model's weights as floats, which `convert` stores as int8
     height, width, channels = serving.input_size(model)
     if serving.is_dynamic(model):
         height = width = None
@@ -73,13 +75,14 @@ def write_source(model, path):
 
 
 def convert(source_dir, kind, calibration=None, reference=None, max_accuracy_drop=0.01,
-            min_agreement=0.98, quantize=None) -> (bytes, Dict):
+            min_agreement=0.98, quantize=None, quantized=None) -> (bytes, Dict):
     """Converts the SavedModel `source_dir`; returns the flatbuffer and notes for the report.
 
     For "tflite-int8", `quantize` (keras_vit.export.tflite_int8.quantize, passed
     in because that module builds on this one) calibrates on `calibration`
     (Images) and chooses its denylist by `reference` (Keras probabilities on
-    those images).
+    those images). `quantized`: the source model's quantisation mode (its
+    `tflite` stores int8 weights), None for a float model.
     """
     import tensorflow as tf
 
@@ -88,8 +91,9 @@ def convert(source_dir, kind, calibration=None, reference=None, max_accuracy_dro
     if kind == "tflite-fp16":
         converter.optimizations = [tf.lite.Optimize.DEFAULT]
         converter.target_spec.supported_types = [tf.float16]
-    elif kind == "tflite-dynamic":
+    elif kind == "tflite-dynamic" or quantized:
         converter.optimizations = [tf.lite.Optimize.DEFAULT]
+        notes["quantization"] = KINDS["tflite-dynamic"] + (f", from the model's {quantized} weights" if quantized else "")
     if kind == "tflite-int8":
         if quantize is None:
             raise TypeError("tflite-int8 is converted by keras_vit.export.tflite_int8: pass quantize=tflite_int8.quantize")
@@ -105,12 +109,15 @@ def build(job: Build, kind: str, quantize=None) -> Dict:
     """Writes the `kind` flatbuffer to job.path, the class names in its metadata."""
     import os
 
+    from keras_vit.model.quantization import quantization_of
+
     source = os.path.join(job.scratch, SOURCE_DIR)
     if not os.path.isdir(source):  # the kinds of one export share it
         write_source(job.model, source)
     content, notes = convert(source, kind, job.calibration, job.calibration_reference,
                              max_accuracy_drop=job.thresholds.get("max_accuracy_drop") or 0.01,
-                             min_agreement=job.thresholds.get("min_agreement") or 0.98, quantize=quantize)
+                             min_agreement=job.thresholds.get("min_agreement") or 0.98, quantize=quantize,
+                             quantized=quantization_of(job.model))
     storage.write_bytes(job.path, with_labels(content, job.labels))
     notes["metadata"] = {LABELS_METADATA: "the class names, one per line"}
     return notes
@@ -232,18 +239,30 @@ def predict(content: bytes, images: np.ndarray) -> np.ndarray:
     return np.stack(outputs)
 
 
-def _format(kind, layout, description, thresholds):
+# A quantised model (keras_vit.quantize) goes to TFLite as its `tflite`: the weights its
+# projections multiply by, stored as TFLite's int8 (TFLite has no int4 kernels for them) with
+# activations quantised on the fly, as tflite-dynamic's; held to tflite-dynamic's thresholds.
+QUANTIZED_KIND = "tflite"
+ONLY_FLOAT = ("it quantises a float model itself: a quantised model's TFLite is `tflite` (its weights as "
+              "TFLite int8); export the float model for this kind")
+
+
+def _format(kind, layout, description, thresholds, quantized_thresholds=None):
     return ExportFormat(name=kind, description=description, layout=layout, runtime="tflite",
                         build=lambda job: build(job, kind), check=lambda model: check(model, kind),
-                        thresholds=thresholds, extra="tflite")
+                        thresholds=thresholds, extra="tflite", quantized_thresholds=quantized_thresholds,
+                        refuses_quantized="" if kind == QUANTIZED_KIND else ONLY_FLOAT)
 
+
+# int8 weights, activations quantised on the fly per call.
+DYNAMIC_THRESHOLDS = {"max_abs_diff": None, "min_agreement": 0.98, "max_accuracy_drop": 0.01}
 
 EXPORT_FORMATS = (
-    _format("tflite", "{name}.tflite", "TFLite float32, builtin ops only, run by LiteRT", EXACT),
+    _format("tflite", "{name}.tflite", "TFLite float32 (a quantised model's: int8 weights), builtin ops only, "
+            "run by LiteRT", EXACT, quantized_thresholds=DYNAMIC_THRESHOLDS),
     # float16 weights: ~3 significant digits.
     _format("tflite-fp16", "{name}.fp16.tflite", "TFLite with float16 weights",
             {"max_abs_diff": 1e-2, "min_agreement": 0.99, "max_accuracy_drop": 0.005}),
-    # int8 weights, activations quantised on the fly per call.
     _format("tflite-dynamic", "{name}.dynamic-int8.tflite", "TFLite dynamic-range int8 (int8 weights)",
-            {"max_abs_diff": None, "min_agreement": 0.98, "max_accuracy_drop": 0.01}),
+            DYNAMIC_THRESHOLDS),
 )

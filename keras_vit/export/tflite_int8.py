@@ -150,6 +150,7 @@ EXPORT_FORMATS = (ExportFormat(
     runtime="tflite",
     build=lambda job: tflite.build(job, "tflite-int8", quantize=functools.partial(quantize, state=job.state)),
     check=lambda model: tflite.check(model, "tflite-int8"),
+    refuses_quantized=tflite.ONLY_FLOAT,
     # As dynamic-range int8's (tflite.py): quantised activations are no less lossy than
     # quantised weights alone, and a stricter gate failed models of low confidence (many
     # near-ties) that lost 0.2 points of accuracy (`keras-vit demo --steps 200`).

@@ -7,6 +7,7 @@ from keras import ops
 
 from keras_vit.layers.lora import LowRankUpdate, check_lora
 from keras_vit.layers.position_embedding_2d import grid_tuple
+from keras_vit.layers.quantization import projection_policy
 from keras_vit.layers.relative_position_bias import RelativePositionBias
 from keras_vit.layers.rotary import rotate
 from keras_vit.layers.stochastic_depth import seed_generators_of
@@ -38,6 +39,8 @@ class MultiHeadSelfAttention(keras.layers.Layer):
     lora: {"rank", "alpha", "targets"}: a LowRankUpdate beside each of the
         projections among query, key, value and out that `targets` names
         (LoRA fine-tuning, keras_vit.model.lora); None: none.
+    quantization: "int8" or "int4": the four projections are
+        built quantised (keras_vit.layers.quantization); None: float.
 
     `call(x, return_attention_scores=True)` also returns the probabilities
     (B, heads, N, N). The fast path uses `keras.ops.dot_product_attention`
@@ -47,9 +50,10 @@ class MultiHeadSelfAttention(keras.layers.Layer):
     """
 
     def __init__(self, num_heads, attention_dropout_rate=0.0, relative_position_grid=None, num_prefix_tokens=0,
-                 lora=None, **kwargs):
+                 lora=None, quantization=None, **kwargs):
         super().__init__(**kwargs)
         self.lora = check_lora(lora)
+        self.quantization = quantization or None
         self.query_lora = self.key_lora = self.value_lora = self.out_lora = None  # LowRankUpdates, set in build
         self.num_heads = int(num_heads)
         self.attention_dropout_rate = float(attention_dropout_rate)
@@ -75,7 +79,7 @@ class MultiHeadSelfAttention(keras.layers.Layer):
                 bias_axes="hk",
                 kernel_initializer="glorot_uniform",
                 name=name,
-                dtype=self.dtype_policy,
+                dtype=projection_policy(self.dtype_policy, self.quantization),
             )
             layer.build(input_shape)
             return layer
@@ -89,7 +93,7 @@ class MultiHeadSelfAttention(keras.layers.Layer):
             bias_axes="d",
             kernel_initializer="glorot_uniform",
             name="out",
-            dtype=self.dtype_policy,
+            dtype=projection_policy(self.dtype_policy, self.quantization),
         )
         self.out.build((input_shape[0], input_shape[1], self.num_heads, self.head_dim))
         for name in ("query", "key", "value", "out"):  # LoRA: a low-rank update beside the targeted projections
@@ -149,4 +153,5 @@ class MultiHeadSelfAttention(keras.layers.Layer):
                 None if self.relative_position_grid is None else list(self.relative_position_grid)),
             "num_prefix_tokens": self.num_prefix_tokens,
             **({"lora": self.lora} if self.lora else {}),  # only when set: older files lack the key
+            **({"quantization": self.quantization} if self.quantization else {}),
         }

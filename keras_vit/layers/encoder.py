@@ -29,14 +29,18 @@ class Encoder(keras.layers.Layer):
 
     lora: {"rank", "alpha", "targets"}: every block's low-rank updates
     (EncoderBlock); None: none.
+
+    quantization: "int8" or "int4": every block's projections are
+    quantised (EncoderBlock); None: float.
     """
 
     def __init__(self, num_layers, num_heads, mlp_dim, dropout_rate=0.0, attention_dropout_rate=0.0,
                  stochastic_depth_rate=0.0, layer_norm_epsilon=LAYER_NORM_EPSILON, gelu_approximate=True,
                  relative_position_grid=None, num_prefix_tokens=0, layer_scale_init=None, mlp_activation="gelu",
-                 final_norm=True, lora=None, **kwargs):
+                 final_norm=True, lora=None, quantization=None, **kwargs):
         super().__init__(**kwargs)
         self.lora = check_lora(lora)
+        self.quantization = quantization or None
         self.layer_scale_init = None if layer_scale_init is None else float(layer_scale_init)
         self.mlp_activation = mlp_activation
         self.final_norm = bool(final_norm)
@@ -64,6 +68,7 @@ class Encoder(keras.layers.Layer):
                 self.layer_scale_init,
                 self.mlp_activation,
                 lora=self.lora,
+                quantization=self.quantization,
                 name=f"encoderblock_{i}",
                 dtype=self.dtype_policy,
             )

@@ -34,14 +34,17 @@ class EncoderBlock(keras.layers.Layer):
         mlp_activation: "gelu", "quick_gelu" or "swiglu" (MlpBlock).
         lora: {"rank", "alpha", "targets"}: low-rank updates of the targeted
             projections (MultiHeadSelfAttention, MlpBlock); None: none.
+        quantization: "int8" or "int4": the attention's and the
+            MLP's projections are quantised (keras_vit.layers.quantization).
     """
 
     def __init__(self, num_heads, mlp_dim, dropout_rate=0.0, attention_dropout_rate=0.0,
                  stochastic_depth_rate=0.0, layer_norm_epsilon=LAYER_NORM_EPSILON, gelu_approximate=True,
                  relative_position_grid=None, num_prefix_tokens=0, layer_scale_init=None, mlp_activation="gelu",
-                 lora=None, **kwargs):
+                 lora=None, quantization=None, **kwargs):
         super().__init__(**kwargs)
         self.lora = check_lora(lora)
+        self.quantization = quantization or None
         self.layer_scale_init = None if layer_scale_init is None else float(layer_scale_init)
         self.mlp_activation = mlp_activation
         self.relative_position_grid = None if relative_position_grid is None else grid_tuple(relative_position_grid)
@@ -58,11 +61,11 @@ class EncoderBlock(keras.layers.Layer):
             epsilon=self.layer_norm_epsilon, name="LayerNorm_0", dtype=policy)
         self.attention = MultiHeadSelfAttention(
             self.num_heads, self.attention_dropout_rate, self.relative_position_grid, self.num_prefix_tokens,
-            lora=self.lora, name="MultiHeadDotProductAttention_1", dtype=policy)
+            lora=self.lora, quantization=self.quantization, name="MultiHeadDotProductAttention_1", dtype=policy)
         self.mlp_norm = keras.layers.LayerNormalization(
             epsilon=self.layer_norm_epsilon, name="LayerNorm_2", dtype=policy)
         self.mlp = MlpBlock(self.mlp_dim, self.dropout_rate, self.gelu_approximate, self.mlp_activation,
-                            lora=self.lora, name="MlpBlock_3", dtype=policy)
+                            lora=self.lora, quantization=self.quantization, name="MlpBlock_3", dtype=policy)
         scaled = self.layer_scale_init is not None
         self.attention_scale = LayerScale(self.layer_scale_init, name="ls1", dtype=policy) if scaled else None
         self.mlp_scale = LayerScale(self.layer_scale_init, name="ls2", dtype=policy) if scaled else None
@@ -162,4 +165,6 @@ def _family_config(layer):
         config["mlp_activation"] = layer.mlp_activation
     if layer.lora:
         config["lora"] = layer.lora
+    if layer.quantization:
+        config["quantization"] = layer.quantization
     return config

@@ -5,6 +5,7 @@ from keras import ops
 
 from keras_vit.layers import fused
 from keras_vit.layers.lora import LowRankUpdate, check_lora
+from keras_vit.layers.quantization import projection_policy
 from keras_vit.layers.stochastic_depth import seed_generators_of
 
 
@@ -23,11 +24,15 @@ class MlpBlock(keras.layers.Layer):
 
     lora: {"rank", "alpha", "targets"}: with "mlp" among the targets, a
     LowRankUpdate beside both Dense layers (LoRA, keras_vit.model.lora).
+    quantization: "int8" or "int4": both Dense layers are built
+    quantised (keras_vit.layers.quantization); None: float.
     """
 
-    def __init__(self, mlp_dim, dropout_rate=0.0, gelu_approximate=True, activation="gelu", lora=None, **kwargs):
+    def __init__(self, mlp_dim, dropout_rate=0.0, gelu_approximate=True, activation="gelu", lora=None,
+                 quantization=None, **kwargs):
         super().__init__(**kwargs)
         self.lora = check_lora(lora)
+        self.quantization = quantization or None
         self.dense_0_lora = self.dense_1_lora = None  # LowRankUpdates, set in build
         self.activation = activation
         self.mlp_dim = int(mlp_dim)
@@ -45,11 +50,11 @@ class MlpBlock(keras.layers.Layer):
         gated = 2 if self.activation == "swiglu" else 1
         self.dense_0 = keras.layers.Dense(
             gated * self.mlp_dim, kernel_initializer="glorot_uniform", bias_initializer=bias_init,
-            name="Dense_0", dtype=self.dtype_policy,
+            name="Dense_0", dtype=projection_policy(self.dtype_policy, self.quantization),
         )
         self.dense_1 = keras.layers.Dense(
             input_shape[-1], kernel_initializer="glorot_uniform", bias_initializer=bias_init,
-            name="Dense_1", dtype=self.dtype_policy,
+            name="Dense_1", dtype=projection_policy(self.dtype_policy, self.quantization),
         )
         self.dense_0.build(input_shape)  # (D, mlp_dim), or (D, 2 * mlp_dim) gated
         self.dense_1.build(tuple(input_shape[:-1]) + (self.mlp_dim,))
@@ -97,4 +102,6 @@ class MlpBlock(keras.layers.Layer):
             config["activation"] = self.activation
         if self.lora:
             config["lora"] = self.lora
+        if self.quantization:
+            config["quantization"] = self.quantization
         return config

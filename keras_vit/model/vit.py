@@ -322,7 +322,7 @@ def _build_layers(config, grid, include_top, num_classes, classifier_activation,
         relative_position_grid=grid if config.position_embedding == "relative" else None,
         num_prefix_tokens=prefix, layer_scale_init=config.layer_scale_init,
         mlp_activation=config.mlp_activation, final_norm=config.final_norm == "tokens", lora=config.lora,
-        name="Transformer")
+        quantization=config.quantization, name="Transformer")
     if config.classifier == "map":
         parts["pooling"] = vit_layers.MAPHead(config.num_heads, config.mlp_dim, epsilon, config.gelu_approximate,
                                               config.mlp_activation, name="MAPHead_0")

@@ -153,6 +153,10 @@ def position_kind(params):
 def checkpoint_params(model) -> Dict[str, np.ndarray]:
     """The model's weights as an official-format {key: float32 array} (position
     weights the official layout lacks under keys of our own, see layout)."""
+    if model.config.quantization:
+        raise UserError(f"{model.name} holds {model.config.quantization} weights (keras_vit.quantize), which do "
+                        f"not turn back into the float weights a checkpoint holds: use the float model it was "
+                        f"quantised from.")
     return {key: np.asarray(variable.numpy(), np.float32) for key, variable in variables_by_key(model).items()}
 
 

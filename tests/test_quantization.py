@@ -1,0 +1,186 @@
+"""Quantised ViTs (#39): keras_vit.quantize against the definition of Keras' int8,
+every family through each mode, `.keras` round trips, the float-only runtimes'
+dequantised copy, refusals, and `keras-vit quantize` -> predict -> export."""
+
+import json
+
+import numpy as np
+import pytest
+
+import keras_vit
+from keras_vit.cli import main
+from keras_vit.errors import UserError
+from keras_vit.model.lora import merge_lora
+from keras_vit.model.quantization import dequantized, projections, quantize, weight_bytes
+from keras_vit.weights.layout import variables_by_key
+from tests.test_families_model import BASE, FAMILIES, build, perturbed
+
+
+def _images(seed=1):
+    return np.random.default_rng(seed).uniform(-1, 1, size=(4, 16, 16, 3)).astype("float32")
+
+
+def _relative_error(answer, reference):
+    return float(np.linalg.norm(answer - reference) / np.linalg.norm(reference))
+
+
+def test_int8_kernels_are_per_channel_abs_max_of_the_float_kernels():
+    """Keras' int8, written out: each output channel scaled by 127 / its largest |weight| over
+    the input axes, rounded. The attention's out projection contracts two axes (heads, width)."""
+    model = build("vit", num_layers=1)
+    quantized = quantize(model, "int8")
+    for (float_layer, axes), (layer, _) in zip(projections(model), projections(quantized)):
+        kernel = np.asarray(float_layer.kernel)
+        scale = 127.0 / np.abs(kernel).max(axis=tuple(range(axes)), keepdims=True)
+        assert str(layer._kernel.dtype) == "int8"
+        np.testing.assert_array_equal(np.asarray(layer._kernel), np.round(kernel * scale).astype(np.int8))
+        np.testing.assert_allclose(np.asarray(layer.kernel_scale).reshape(scale.shape), scale, rtol=1e-6)
+
+
+# Each family once, each mode on at least three families and under mixed_bfloat16 once: the mode is
+# a per-layer dtype policy and the family the structure around it, so the product adds no check.
+CASES = [("vit", "int8", None), ("deit", "int4", None), ("siglip", "int8", None), ("clip", "int4", None),
+         ("dinov2_reg_swiglu", "int4", None), ("dinov3", "int8", None), ("vit_gap_repr", "int4", None),
+         ("dinov2", "int8", "mixed_bfloat16")]
+
+
+def _rounding_bound(kernel, axes, mode):
+    """The most rounding may move each weight: half a step of its channel's int8 grid
+    (abs-max / 127), or of its group's int4 grid (16 levels over the group's range; these
+    kernels have at most 128 input rows, one group)."""
+    inputs = tuple(range(axes))
+    largest = np.abs(kernel).max(axis=inputs, keepdims=True)
+    if mode == "int8":
+        return largest / 127 / 2
+    return (kernel.max(axis=inputs, keepdims=True) - kernel.min(axis=inputs, keepdims=True)) / 15 / 2
+
+
+@pytest.mark.parametrize("family, mode, dtype", CASES)
+def test_every_family_quantizes_within_the_rounding_and_round_trips(family, mode, dtype, tmp_path):
+    from keras_vit.model.quantization import _float_kernel
+
+    model = build(family, num_layers=2, **({"dtype": dtype} if dtype else {}))
+    quantized = quantize(model, mode)
+    assert quantized.config.quantization == mode and model.config.quantization is None
+    # Each projection multiplies by its float kernel rounded, and by nothing further from it.
+    for (float_layer, axes), (layer, _) in zip(projections(model), projections(quantized)):
+        kernel = np.asarray(float_layer.kernel, np.float32)
+        stored = _float_kernel(layer, kernel.shape, axes)
+        assert np.all(np.abs(stored - kernel) <= _rounding_bound(kernel, axes, mode) * 1.001 + 1e-7), layer.path
+    # What is not a projection is the float model's, bit for bit; the projections hold integers.
+    float_weights = {v.path: np.asarray(v) for v in model.weights}
+    projection_paths = {v.path for layer, _ in projections(quantized) for v in layer.weights}
+    for variable in quantized.weights:
+        if variable.path not in projection_paths:
+            np.testing.assert_array_equal(np.asarray(variable), float_weights[variable.path])
+    assert {str(layer._kernel.dtype) for layer, _ in projections(quantized)} == {"int8"}
+    images = _images()
+    answer = np.asarray(quantized(images))
+    if mode == "int8":  # a whole model of random weights stays close (int4: far coarser, bounded above)
+        assert _relative_error(answer.astype(np.float32), np.asarray(model(images), np.float32)) < 0.1
+    quantized.save(tmp_path / "q.keras")
+    loaded = keras_vit.load_model(tmp_path / "q.keras")
+    assert loaded.config.quantization == mode
+    np.testing.assert_array_equal(np.asarray(loaded(images)), answer)
+
+
+@pytest.mark.parametrize("mode, tolerance", [("int4", 1e-5), ("int8", 0.05)])
+def test_the_dequantised_copy_multiplies_by_the_stored_weights(mode, tolerance):
+    """What TFLite is converted from: exact for weight-only int4; int8 also rounds the
+    projections' inputs, which the float copy does not."""
+    quantized = quantize(build("dinov2_reg_swiglu", num_layers=2), mode)
+    plain = dequantized(quantized)
+    assert plain.config.quantization is None
+    images = _images()
+    answer, reference = np.asarray(plain(images)), np.asarray(quantized(images))
+    assert _relative_error(answer, reference) < tolerance
+
+
+def test_int8_and_int4_are_smaller_on_disk_and_in_memory(tmp_path):
+    model = perturbed(keras_vit.ViT(keras_vit.ViTConfig(**dict(BASE, hidden_size=48, mlp_dim=192)), image_size=16,
+                                    num_classes=5))
+    sizes = {}
+    for mode in (None, "int8", "int4"):
+        saved = model if mode is None else quantize(model, mode)
+        saved.save(tmp_path / f"{mode}.keras")
+        sizes[mode] = ((tmp_path / f"{mode}.keras").stat().st_size, weight_bytes(saved))
+    # In memory 0.31x and 0.21x here (the float rest and the scales stay); the files also hold
+    # each variable's HDF5 header.
+    assert sizes["int8"][1] < 0.35 * sizes[None][1] and sizes["int4"][1] < 0.75 * sizes["int8"][1]
+    assert sizes["int8"][0] < 0.6 * sizes[None][0] and sizes["int4"][0] < sizes["int8"][0]
+
+
+def test_a_lora_model_is_merged_then_quantized():
+    model = keras_vit.ViT(keras_vit.ViTConfig(**BASE, **FAMILIES["vit"], lora_rank=2), image_size=16, num_classes=5)
+    perturbed(model)
+    images = _images()
+    np.testing.assert_array_equal(np.asarray(quantize(model, "int8")(images)),
+                                  np.asarray(quantize(merge_lora(model), "int8")(images)))
+
+
+def test_refusals_are_one_line(tmp_path):
+    model = build("vit", num_layers=1)
+    with pytest.raises(UserError, match="Unknown quantisation mode 'int2': choose int8, int4"):
+        quantize(model, "int2")
+    with pytest.raises(UserError, match="float8 is not a serving mode here: .* Quantise with int8 or int4"):
+        quantize(model, "float8")
+    quantized = quantize(model, "int4")
+    with pytest.raises(UserError, match="quantised already"):
+        quantize(quantized, "int8")
+    with pytest.raises(UserError, match="holds int4 weights .* use the float model it was quantised from"):
+        keras_vit.save_weights(quantized, tmp_path / "w.npz")
+    assert variables_by_key(quantized)  # the key table still names its weights (LoRA on a quantised base)
+    with pytest.raises(UserError, match="quantization must be None or one of int8, int4"):
+        keras_vit.ViTConfig(**BASE, quantization="int3")
+
+
+@pytest.fixture(scope="module")
+def quantized_run(digits_run, tmp_path_factory):
+    """`keras-vit quantize` of the shared digits run, compared on 200 held-out digits."""
+    out = tmp_path_factory.mktemp("quantized") / "int8"
+    assert main(["quantize", str(digits_run), "--mode", "int8", "--out", str(out), "--data", "mnist",
+                 "--num-images", "200"]) == 0
+    return out
+
+
+def test_quantize_writes_a_run_folder_with_its_report(quantized_run, digits_run, capsys):
+    report = json.loads((quantized_run / "quantization.json").read_text())
+    assert report["mode"] == "int8" and report["agreement"]["images"] == 200
+    assert report["agreement"]["top1_agreement"] >= 0.95
+    assert report["weights_bytes"]["int8"] < report["weights_bytes"]["float"]
+    assert (quantized_run / "labels.txt").read_text() == (digits_run / "labels.txt").read_text()
+    model = keras_vit.load_model(quantized_run)
+    assert model.config.quantization == "int8" and model.labels == keras_vit.load_model(digits_run).labels
+    assert main(["quantize", str(digits_run), "--out", str(quantized_run)]) == 2
+    assert "holds files already: choose a new folder, or pass --overwrite" in capsys.readouterr().err
+    assert main(["train", "--weights", str(quantized_run), "--dataset", "mnist5k", "--workdir",
+                 str(quantized_run.parent / "t")]) == 2
+    assert "holds int8 weights" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_a_quantized_run_predicts_and_exports_integer_weights_validated(quantized_run, tmp_path, capsys):
+    from keras_vit.export.data import mnist_digits
+
+    digits = mnist_digits(split="test").take(0, 3)
+    for i, image in enumerate(digits.images):
+        from PIL import Image
+
+        Image.fromarray(image[..., 0].astype(np.uint8)).save(tmp_path / f"{i}.png")
+    assert main(["predict", str(quantized_run), *(str(tmp_path / f"{i}.png") for i in range(3))]) == 0
+    capsys.readouterr()
+    out = tmp_path / "exports"
+    assert main(["export", str(quantized_run), "--out", str(out), "--data", "mnist", "--num-validation", "64",
+                 "--latency-runs", "1", "--quiet"]) == 0
+    report = json.loads((out / "report.json").read_text())
+    rows = {row["format"]: row for row in report["artifacts"]}
+    assert set(rows) == {"saved_model", "tflite", "onnx"} and all(row["passed"] for row in rows.values())
+    assert set(report["skipped"]) == {"tflite-fp16", "tflite-dynamic", "tflite-int8"}
+    assert rows["tflite"]["notes"]["quantization"].endswith("from the model's int8 weights")
+    import tensorflow as tf
+
+    served = tf.saved_model.load(str(out / "int8" / "1"))
+    assert {v.dtype for v in served.variables if v.name.endswith("kernel:0")} == {tf.int8, tf.float32}
+    assert main(["export", str(quantized_run), "--out", str(tmp_path / "e2"), "--formats", "tflite-int8",
+                 "--data", "mnist"]) == 2
+    assert "tflite-int8 does not take a quantised (int8) model" in capsys.readouterr().err
