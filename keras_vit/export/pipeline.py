@@ -63,10 +63,12 @@ def _raised_by_keras_vit(error) -> bool:
 def _formats_that_work(model, refused: str) -> str:
     """' These formats take it: ...', naming the formats whose checks pass here, so that a refusal
     names the way on (a distilled DeiT has no hf form, but saved_model and tflite take it)."""
-    working = []
+    from keras_vit.model.quantization import quantization_of
+
+    working, quantized = [], quantization_of(model)
     for name, fmt in REGISTRY.items():
         try:
-            if name != refused:
+            if name != refused and not (quantized and fmt.refuses_quantized):
                 fmt.check(model)
                 working.append(name)
         except UserError:  # MissingExtra too: not here
@@ -236,7 +238,6 @@ class Exporter:
                 if not self.by_default:
                     raise ExportError(why + ".")
                 skipped[name] = why
-                self.say(f"{name} skipped (a default format): {why}")
                 continue
             try:
                 fmt.check(model)
@@ -249,6 +250,10 @@ class Exporter:
             except UserError as error:
                 raise ExportError(f"{name}: {error}{_formats_that_work(model, name)}") from error
             usable.append(fmt)
+        not_quantized = [name for name in skipped if mode and REGISTRY[name].refuses_quantized]
+        if not_quantized:  # one line for them all: their reasons are one
+            self.say(f"{', '.join(not_quantized)} skipped (default formats): a quantised ({mode}) model's TFLite "
+                     f"is `tflite`; these quantise a float model themselves")
         if not usable:
             raise ExportError(f"None of the default formats can be written here: {'; '.join(skipped.values())}")
         return usable, skipped
