@@ -6,7 +6,7 @@ import json
 import numpy as np
 import pytest
 
-from experiments import class_token_vs_gap, common, hybrid_vs_plain, position_embeddings
+from experiments import class_token_vs_gap, common, hybrid_vs_plain, lora_quantized, position_embeddings
 
 PNG = b"\x89PNG\r\n\x1a\n"
 
@@ -106,3 +106,16 @@ def test_augreg_quick(tmp_path):
     speed = {row["patch_dropout"]: row for row in report["rows"] if "patch_dropout" in row}
     assert set(speed) == {0.0, 0.5} and all(row["step_ms"] > 0 for row in speed.values())
     assert "scratch + AugReg" in table and "speed-up" in table and "10% with AugReg" in table
+
+
+@pytest.mark.slow
+def test_lora_quantized_quick(tmp_path):
+    out = tmp_path / "out"
+    lora_quantized.main(["--quick", "--out", str(out), "--runs", str(tmp_path / "runs")])
+    report, table = json.loads((out / "results.json").read_text()), (out / "results.md").read_text()
+    assert (out / "plot.png").read_bytes()[:8] == PNG and report["settings"]["seeds"] == 1
+    assert all(0.0 <= run["accuracy"] <= 1.0 for run in report["runs"])
+    arms = {(row["method"], row["precision"]) for row in report["rows"]}
+    assert arms == {(m, p) for m in lora_quantized.METHODS for p in lora_quantized.PRECISIONS}
+    lora = next(row for row in report["rows"] if row["method"] == "lora")
+    assert 0 < lora["trainable_fraction"] < 0.2 and "| LoRA r=8 (query, value) |" in table

@@ -84,6 +84,27 @@ def test_every_family_quantizes_within_the_rounding_and_round_trips(family, mode
     np.testing.assert_array_equal(np.asarray(loaded(images)), answer)
 
 
+@pytest.mark.parametrize("mode", ["int8", "int4"])
+def test_another_image_size_keeps_the_integer_weights(mode):
+    """with_image_size (export --image-size, --dynamic-image-size) goes through the float values
+    and rounds them back: the same integers, and the scales and zero points to their last bit or
+    so (a scale is recomputed from the float values); only the positions resize."""
+    quantized = quantize(build("vit", num_layers=1), mode)
+    resized = quantized.with_image_size(24)
+    dynamic = quantized.with_image_size(dynamic_image_size=True)
+    for other in (resized, dynamic):
+        assert other.config.quantization == mode
+        for (layer, _), (resized_layer, _) in zip(projections(quantized), projections(other)):
+            for variable, resized_variable in zip(layer.weights, resized_layer.weights):
+                if "int" in str(variable.dtype):
+                    np.testing.assert_array_equal(np.asarray(resized_variable), np.asarray(variable))
+                else:
+                    np.testing.assert_allclose(np.asarray(resized_variable), np.asarray(variable), rtol=1e-6)
+    images = _images()
+    np.testing.assert_allclose(np.asarray(dynamic(images)), np.asarray(quantized(images)), rtol=1e-4, atol=1e-4)
+    assert resized(np.zeros((1, 24, 24, 3), "float32")).shape == (1, 5)
+
+
 @pytest.mark.parametrize("mode, tolerance", [("int4", 1e-5), ("int8", 0.05)])
 def test_the_dequantised_copy_multiplies_by_the_stored_weights(mode, tolerance):
     """What TFLite is converted from: exact for weight-only int4; int8 also rounds the

@@ -240,6 +240,11 @@ class ViT(InputGuard, Description, FeatureAPI, keras.Model):
         changes = {key: value for key, value in changes.items() if value is not None and value != config[key]}
         if not changes:
             return self
+        if self.config.quantization:  # through the float values, rounded back to the same integers (tested)
+            from keras_vit.model.quantization import dequantized, quantize
+
+            resized = dequantized(self).with_image_size(image_size, dynamic_image_size, dynamic_image_pad)
+            return quantize(resized, self.config.quantization)
         other = type(self).from_config({**config, **changes})
         from keras_vit.weights.npz import checkpoint_params, load_checkpoint
 
