@@ -51,9 +51,16 @@ def merged_params(vit) -> dict:
 
 def merge_lora(vit):
     """A plain ViT (no LoRA updates) computing what `vit` computes: the
-    updates merged into the kernels; `vit` itself when it has none."""
+    updates merged into the kernels; `vit` itself when it has none. On a
+    quantised base (QLoRA) the merged model is float: the kernels the base
+    multiplies by plus the updates (int8's rounding of the inputs aside),
+    which `quantize` may round again."""
     if not vit.config.lora_rank:
         return vit
+    if vit.config.quantization:  # QLoRA: the updates go into the float kernels the base multiplies by
+        from keras_vit.model.quantization import dequantized
+
+        return merge_lora(dequantized(vit))
     from keras_vit.weights.npz import load_checkpoint
 
     config = vit.get_config()

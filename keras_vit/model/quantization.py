@@ -6,7 +6,7 @@ so it is built (and a `.keras` file of it loads) with quantised projections
 projection makes the integer weights, so they are exactly Keras' int8/int4.
 
 What is quantised is the parts description's "block" group, the encoder
-blocks' query/key/value/out and MLP projections: over 98% of the weights of
+blocks' query/key/value/out and MLP projections (not their LoRA updates): over 98% of the weights of
 every published size. The patch embedding (a convolution, which Keras does
 not quantise), the tokens, position tables and norms (small, and where
 rounding costs the most), and the readout and classifier heads (under 1% of
@@ -61,17 +61,16 @@ def check_mode(mode) -> str:
 def quantize(model, mode: str = "int8"):
     """A copy of the ViT `model` with its encoder blocks' projections quantised
     (`mode`: "int8" or "int4"; see the module docstring for what
-    stays float). LoRA updates are merged first. The copy computes what
-    `model` computes up to the rounding of its weights (and, in int8, of the
-    projections' inputs); `model` is left as it was.
+    stays float). The copy computes what `model` computes up to the rounding
+    of its weights (and, in int8, of the projections' inputs); `model` is
+    left as it was. LoRA updates stay float and apart, as they were: a LoRA
+    model quantised is QLoRA's form, its base integer and frozen, its updates
+    training (`keras_vit.merge_lora` first, for a model to serve).
     """
-    from keras_vit.model.lora import merge_lora
-
     check_mode(mode)
     if model.config.quantization:
         raise UserError(f"{model.name} is quantised already ({model.config.quantization}): quantise the float "
                         f"model it was made from.")
-    model = merge_lora(model)
     config = model.get_config()
     quantized = type(model).from_config({**config, "config": {**config["config"], "quantization": mode}})
     # Keras quantises each projection of a float copy; the results go across by path.

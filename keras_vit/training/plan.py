@@ -182,6 +182,11 @@ def _check_lora(config: TrainConfig, initial) -> None:
     """LoRA adapts pre-trained weights of a classifier: refused from scratch and for
     another task (the model's own checks refuse a rank that does not fit)."""
     flag = _console.either("--lora-rank", "lora_rank")
+    quantized = initial is not None and initial.source_config is not None and initial.source_config.quantization
+    if quantized and not config.lora_rank:
+        raise UserError(f"The weights ({initial.description}) are {quantized}, and integer weights do not train: "
+                        f"fine-tune them with LoRA (add {arg('lora_rank', 8)}: QLoRA), or start from the float "
+                        f"model they were quantised from.")
     if not config.lora_rank:
         chosen = [name for name, value, default in (("lora_alpha", config.lora_alpha, None),
                                                     ("lora_targets", config.lora_targets, DEFAULT_LORA_TARGETS))

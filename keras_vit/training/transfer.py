@@ -33,9 +33,10 @@ from keras_vit.weights.parts import is_classifier
 @dataclasses.dataclass
 class InitialWeights:
     """What `--weights` resolved to: something keras_vit.load_weights takes
-    (a name, a path, or a params dict) and, for a Keras source, its architecture."""
+    (a name, a path, or a params dict), or a quantised ViT (copied variable by
+    variable), and, for a Keras source, its architecture."""
 
-    weights: Union[str, dict]
+    weights: Union[str, dict, ViT]
     source_config: Optional[ViTConfig] = None
     num_channels: int = 3
     description: str = ""
@@ -66,6 +67,10 @@ def resolve_weights(weights: Optional[str]) -> Optional[InitialWeights]:
             source = merge_lora(find_vit(runs.load_model(path)))  # an unmerged LoRA model: its function
         except runs.ModelFileError as error:
             raise UserError(f"{_console.either('--weights', 'weights')}: {error}") from None
+        if source.config.quantization:  # QLoRA's base: its integer weights go across as they are
+            return InitialWeights(source, source.config, source.num_channels,
+                                  f"{source.config.quantization} encoder of {runs.model_path(path)}",
+                                  source.num_classes if source.include_top else None)
         params = checkpoint_params(source)
         return InitialWeights(_encoder(params), source.config, source.num_channels,
                               f"encoder of {runs.model_path(path)}", _head_classes(params))
@@ -95,7 +100,9 @@ def apply_weights(model, initial: InitialWeights) -> Optional[str]:
     vit = find_vit(model)  # the run's model may wrap it (masked patch prediction)
     heads = head_layers(vit)
     built = [[np.array(w) for w in layer.get_weights()] for layer in heads]
-    if isinstance(initial.weights, Mapping):  # the head left out on purpose is not said to be missing
+    if isinstance(initial.weights, ViT):
+        _copy_quantized(vit, initial.weights)
+    elif isinstance(initial.weights, Mapping):  # the head left out on purpose is not said to be missing
         load_checkpoint(vit, initial.weights, new_head=initial.dropped_head is not None)
     else:
         load_weights(vit, initial.weights)
@@ -107,6 +114,26 @@ def apply_weights(model, initial: InitialWeights) -> Optional[str]:
     return (f"the head of the weights ({initial.dropped_head} classes) was dropped: the run's head "
             f"({vit.num_classes} classes) starts anew (fine-tuning).")
 
+
+
+def _copy_quantized(vit, source) -> None:
+    """A quantised ViT's weights into the run's (quantised, LoRA) model, variable by
+    variable: the integer kernels with their scales, everything float; not the heads
+    (the run's own) nor the LoRA updates (which start as built). The source is
+    resized to the run's image size first (its integers kept: ViT.with_image_size)."""
+    from keras_vit.weights.layout import is_lora_key, variables_by_key
+
+    source = source.with_image_size(vit.image_size, dynamic_image_size=vit.dynamic_image_size,
+                                    dynamic_image_pad=vit.dynamic_image_pad)
+    own = {variable.path for key, variable in variables_by_key(vit).items() if is_lora_key(key) or is_classifier(key)}
+    values = {variable.path: variable for variable in source.weights}
+    for variable in vit.weights:
+        if variable.path in own:
+            continue
+        value = values.get(variable.path)
+        if value is None or tuple(value.shape) != tuple(variable.shape):  # the same config built both
+            raise AssertionError(f"{variable.path}: not in the quantised source as {tuple(variable.shape)}")
+        variable.assign(value)
 
 
 def load_adapter(path, weights: Optional[str] = None):
