@@ -65,6 +65,7 @@ def _rounding_bound(kernel, axes, mode):
 def test_every_family_quantizes_within_the_rounding_and_round_trips(family, mode, dtype, tmp_path):
     from keras_vit.model.quantization import _float_kernel
 
+    keras.utils.set_random_seed(0)  # the whole-model int8 bound below is a measurement (2-4% here)
     model = build(family, num_layers=2, **({"dtype": dtype} if dtype else {}))
     quantized = quantize(model, mode)
     assert quantized.config.quantization == mode and model.config.quantization is None
