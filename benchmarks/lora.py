@@ -15,14 +15,16 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+if HERE not in sys.path:  # run as a script: its sibling modules
+    sys.path.insert(0, HERE)
+
+import fresh  # noqa: E402
 
 
 def child(spec: dict) -> dict:
@@ -43,17 +45,8 @@ def child(spec: dict) -> dict:
     results = train(config, dataset=(images, labels), callbacks=[lambda step, logs: stamps.append(time.perf_counter())])
     steps = [b - a for a, b in zip(stamps[1:], stamps[2:])]
     return {"rank": spec["rank"], "step_s": statistics.median(steps), "trainable": results["parameters"]["trainable"],
-            "total": results["parameters"]["total"], "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+            "total": results["parameters"]["total"], "peak_rss_mib": fresh.status_mib("VmHWM"),
             "jit_compile": results["plan"]["jit_compile"]}
-
-
-def run(spec: dict) -> dict:
-    out = subprocess.run([sys.executable, __file__, "--child", json.dumps(spec)], capture_output=True, text=True,
-                         env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"})
-    lines = [line for line in out.stdout.splitlines() if line.startswith("RESULT ")]
-    if out.returncode or not lines:
-        raise SystemExit(f"configuration {spec} failed:\n{out.stderr[-3000:]}")
-    return json.loads(lines[-1][len("RESULT "):])
 
 
 def main():
@@ -80,9 +73,9 @@ def main():
     for rank in [0] + [int(r) for r in args.ranks.split(",")]:
         spec = dict(model=args.model, size=args.size, batch=args.batch, steps=args.steps, rank=rank, weights=weights,
                     workdir=os.path.join(scratch, f"rank{rank}"))
-        rows.append(run(spec))
+        rows.append(fresh.run_child(__file__, spec))
         print(rows[-1], flush=True)
-    machine = {"cpu": _cpu(), "cores": os.cpu_count(), "date": time.strftime("%Y-%m-%d")}
+    machine = fresh.machine()
     with open(os.path.join(HERE, "results_lora.json"), "w") as f:
         json.dump({"machine": machine, "model": args.model, "image_size": args.size, "batch": args.batch,
                    "rows": rows}, f, indent=1)
@@ -99,14 +92,6 @@ def main():
     with open(os.path.join(HERE, "results_lora.md"), "w") as f:
         f.write("\n".join(lines) + "\n")
     print("\n".join(lines))
-
-
-def _cpu() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            return next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
-    except (OSError, StopIteration):
-        return "unknown CPU"
 
 
 if __name__ == "__main__":

@@ -15,19 +15,15 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+if HERE not in sys.path:  # run as a script: its sibling modules
+    sys.path.insert(0, HERE)
 
-
-def _status_mib(field: str) -> float:
-    """VmRSS (now) or VmHWM (peak) of this process. Not getrusage's ru_maxrss: it survives
-    exec, so a child forked from the parent that built B/16 starts at the parent's peak."""
-    with open("/proc/self/status") as f:
-        return next(int(line.split()[1]) for line in f if line.startswith(field + ":")) / 1024
+import fresh  # noqa: E402
 
 
 def child(spec: dict) -> dict:
@@ -38,9 +34,9 @@ def child(spec: dict) -> dict:
     import keras_vit
     from keras_vit.model.quantization import weight_bytes
 
-    before = _status_mib("VmRSS")
+    before = fresh.status_mib("VmRSS")
     model = keras_vit.load_model(spec["path"])
-    loaded = _status_mib("VmRSS")
+    loaded = fresh.status_mib("VmRSS")
     call = tf.function(lambda x: model(x, training=False))
     latency = {}
     for batch in (1, 8):
@@ -56,16 +52,7 @@ def child(spec: dict) -> dict:
         latency[batch] = statistics.median(times) * 1000
     return {"mode": spec["mode"], "file_mib": os.path.getsize(spec["path"]) / 2**20,
             "weights_mib": weight_bytes(model) / 2**20, "load_rss_mib": loaded - before,
-            "peak_rss_mib": _status_mib("VmHWM"), "latency_ms_b1": latency[1], "latency_ms_b8": latency[8]}
-
-
-def run(spec: dict) -> dict:
-    out = subprocess.run([sys.executable, __file__, "--child", json.dumps(spec)], capture_output=True, text=True,
-                         env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"})
-    lines = [line for line in out.stdout.splitlines() if line.startswith("RESULT ")]
-    if out.returncode or not lines:
-        raise SystemExit(f"configuration {spec} failed:\n{out.stderr[-3000:]}")
-    return json.loads(lines[-1][len("RESULT "):])
+            "peak_rss_mib": fresh.status_mib("VmHWM"), "latency_ms_b1": latency[1], "latency_ms_b8": latency[8]}
 
 
 def main():
@@ -95,10 +82,10 @@ def main():
         paths[mode] = os.path.join(scratch, f"{mode}.keras")
     rows = []
     for mode, path in paths.items():
-        rows.append({**run(dict(mode=mode, path=path, size=args.size, runs=args.runs)),
+        rows.append({**fresh.run_child(__file__, dict(mode=mode, path=path, size=args.size, runs=args.runs)),
                      "quantize_and_save_s": seconds.get(mode)})
         print(rows[-1], flush=True)
-    machine = {"cpu": _cpu(), "cores": os.cpu_count(), "date": time.strftime("%Y-%m-%d")}
+    machine = fresh.machine()
     with open(os.path.join(HERE, "results_quantize.json"), "w") as f:
         json.dump({"machine": machine, "model": args.model, "image_size": args.size, "rows": rows}, f, indent=1)
     base = rows[0]
@@ -117,14 +104,6 @@ def main():
     with open(os.path.join(HERE, "results_quantize.md"), "w") as f:
         f.write("\n".join(lines) + "\n")
     print("\n".join(lines))
-
-
-def _cpu() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            return next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
-    except (OSError, StopIteration):
-        return "unknown CPU"
 
 
 if __name__ == "__main__":

@@ -3,7 +3,7 @@
     keras-vit quantize runs/photos --mode int8 --out runs/photos-int8 --data photos/
 
 OUT is a run folder like any other (model.keras, labels.txt), so predict,
-inspect, evaluate (`train --eval-only`) and export read it; quantization.json
+inspect and export read it; quantization.json
 beside them says what was quantised, the sizes, and how far the quantised
 model's answers are from the float model's on --data.
 """
@@ -45,8 +45,13 @@ def run(args):
 
     check_mode(args.mode)
     out = os.fspath(args.out)
+    if os.path.exists(out) and not os.path.isdir(out):
+        raise UserError(f"--out {out} is a file: give a folder for the quantised run.")
     if os.path.exists(out) and os.listdir(out) and not args.overwrite:
         raise UserError(f"--out {out} holds files already: choose a new folder, or pass --overwrite to replace it.")
+    source_path = os.path.realpath(os.fspath(args.source))
+    if os.path.exists(source_path) and os.path.realpath(out) in (source_path, os.path.dirname(source_path)):
+        raise UserError(f"--out {out} is the source itself: the quantised run goes to a folder of its own.")
     source = open_model(args.source, args.labels)
     model = source.model
     if not hasattr(model, "config"):

@@ -45,6 +45,9 @@ def export_features(model, out, indices=None, output_format="NHWC", norm=False, 
     unknown = sorted(set(formats) - set(FORMATS))
     if unknown:
         raise UserError(f"Unknown feature export format(s) {unknown}: use {', '.join(FORMATS)}.")
+    if "tflite" in formats and model.config.quantization:
+        raise UserError(f"TFLite has no kernels for a {model.config.quantization} model's feature maps: export "
+                        f"them as saved_model, or the float model's as tflite.")
     features = feature_model(model.with_preprocessing(), indices, output_format, norm)
     height, width = (None, None) if model.dynamic_image_size else model.image_size
     spec = tf.TensorSpec((None, height, width, model.num_channels), tf.float32, name="images")

@@ -45,7 +45,10 @@ def check(model, kind):
     if kind not in KINDS:
         raise UserError(f"Unknown TFLite kind {kind!r}; known: {', '.join(KINDS)}.")
     require("ai_edge_litert", "tflite", "TFLite export (validated with the LiteRT interpreter)")
-    bytes_needed = model.count_params() * BYTES_PER_PARAMETER[kind]
+    from keras_vit.model.quantization import quantization_of
+
+    # A quantised model's tflite stores its weights as int8 (QUANTIZED_KIND below).
+    bytes_needed = model.count_params() * BYTES_PER_PARAMETER["tflite-dynamic" if quantization_of(model) else kind]
     if bytes_needed >= FLATBUFFER_LIMIT:
         raise UserError(f"{model.name} has {model.count_params():,} parameters: as {kind} that is "
                          f"{bytes_needed / 2**30:.1f} GiB, over the 2 GiB a TFLite flatbuffer can hold.")

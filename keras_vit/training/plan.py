@@ -183,6 +183,10 @@ def _check_lora(config: TrainConfig, initial) -> None:
     another task (the model's own checks refuse a rank that does not fit)."""
     flag = _console.either("--lora-rank", "lora_rank")
     quantized = initial is not None and initial.source_config is not None and initial.source_config.quantization
+    if quantized == "int8" and config.precision == "mixed_float16":
+        raise UserError(f"An int8 base cannot run under {arg('precision', 'mixed_float16')}: Keras' int8 layers "
+                        f"sum their products in float16, which overflows. Use {arg('precision', 'mixed_bfloat16')} "
+                        f"or float32.")
     if quantized and not config.lora_rank:
         raise UserError(f"The weights ({initial.description}) are {quantized}, and integer weights do not train: "
                         f"fine-tune them with LoRA (add {arg('lora_rank', 8)}: QLoRA), or start from the float "

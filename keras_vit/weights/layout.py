@@ -88,9 +88,18 @@ def _norm(prefix, layer):
 
 
 def _dense(prefix, layer):
+    kernel = _stored_kernel(layer)
     if layer.bias is None:  # CLIP's bias-free patch embedding and projection
-        return {f"{prefix}/kernel": layer.kernel}
-    return {f"{prefix}/kernel": layer.kernel, f"{prefix}/bias": layer.bias}
+        return {f"{prefix}/kernel": kernel}
+    return {f"{prefix}/kernel": kernel, f"{prefix}/bias": layer.bias}
+
+
+def _stored_kernel(layer):
+    """The kernel variable of a Dense/EinsumDense layer: for a quantised one (ViTConfig.quantization)
+    the integers it stores (int4's `kernel` is unpacked on each read, a tensor, not a variable)."""
+    if not getattr(layer, "quantization_mode", None):
+        return layer.kernel
+    return next(v for v in layer.weights if v.path.rsplit("/", 1)[-1] == "kernel")
 
 
 # A LoRA update's factors sit beside the kernel they update (ours, in the official style:

@@ -60,6 +60,10 @@ def load_checkpoint(model, params: Mapping[str, np.ndarray], old_grid=None, new_
     the patch grid `params` were made for, when known (a 1-D table's grid is
     otherwise taken to be square, as in every official checkpoint).
     """
+    if model.config.quantization:  # float values cast into int8 variables would silently be zeros
+        raise UserError(f"{model.name} is built {model.config.quantization} (quantization="
+                        f"{model.config.quantization!r}): load the weights into the float model, then "
+                        f"keras_vit.quantize(model, {model.config.quantization!r}).")
     params = dict(params)
     expected = variables_by_key(model)
 
