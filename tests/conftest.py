@@ -120,7 +120,7 @@ LONGEST_FIRST = (
     "test_export_artifacts.py", "test_training_loop.py", "test_backends.py", "test_docs_commands.py",
     "test_variants.py", "test_docs_python.py", "test_same_pixels_cli.py", "test_bench.py",
     "test_non_square_cli.py", "test_training_messy_folder.py", "test_export_sigmoid.py", "test_dynamic_size.py",
-    "test_export_dynamic.py", "test_masked_patch.py",
+    "test_export_dynamic.py", "test_masked_patch.py", "test_gpu_benchmark.py",
 )
 
 
