@@ -40,6 +40,8 @@ _LAZY = {
     "load_model": "keras_vit.runs",
     "merge_lora": "keras_vit.model.lora",
     "quantize": "keras_vit.model.quantization",
+    "naflex_size": "keras_vit.model.naflex",
+    "pad_batch": "keras_vit.model.naflex",
 }
 __getattr__, __dir__ = lazy_exports(__name__, _LAZY)
 
@@ -77,7 +79,7 @@ __all__ = [
     "ViTConfig",
     "ViT_B16", "ViT_B32", "ViT_B8", "ViT_H14", "ViT_L16", "ViT_L32", "ViT_S16", "ViT_S32", "ViT_Ti16",
     "available_weights", "feature_model", "from_pretrained", "get_variant", "layers", "list_variants", "load_model",
-    "load_weights", "merge_lora", "preprocess_input", "quantize", "resize_position_embedding", "save_pretrained", "save_weights",
+    "load_weights", "merge_lora", "naflex_size", "pad_batch", "preprocess_input", "quantize", "resize_position_embedding", "save_pretrained", "save_weights",
 ]
 # Keras imports the module a .keras file names only for its own packages
 # (keras, keras_hub, ...): ours must be registered before a file is read, and

@@ -23,7 +23,7 @@ MLP_ACTIVATIONS = ("gelu", "quick_gelu", "swiglu")
 FINAL_NORMS = ("tokens", "pooled")
 # How a learned position table is resized to another grid: the official loader's
 # linear (corners aligned), or each family's own torch code (keras_vit.layers.interpolation).
-POSITION_INTERPOLATIONS = ("linear", "bicubic", "bicubic_antialias")
+POSITION_INTERPOLATIONS = ("linear", "bicubic", "bicubic_antialias", "bilinear_antialias")
 # What pixels a model's weights expect (keras_vit.images.NORMALIZATIONS).
 PIXEL_NORMALIZATIONS = ("minus_one_to_one", "imagenet", "clip")
 # How patch positions reach the encoder (the paper's Appendix D.4, plus the
@@ -149,7 +149,9 @@ class ViTConfig:
         position_interpolation: how learned position weights are resized to
             another grid, at load and in a dynamic model: "linear" (the
             official loader's), "bicubic" (torch's, as DeiT, CLIP, SigLIP and
-            DINOv2 do) or "bicubic_antialias" (DINOv2 with registers).
+            DINOv2 do), "bicubic_antialias" (DINOv2 with registers) or
+            "bilinear_antialias" (SigLIP2, which resizes its table to each
+            image's own grid: keras_vit.model.naflex).
         pixel_normalization: the pixels the weights expect:
             "minus_one_to_one" (the paper's and SigLIP's [-1, 1]),
             "imagenet" (DeiT, DINOv2: ImageNet mean/std) or "clip" (CLIP's

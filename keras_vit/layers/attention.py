@@ -13,6 +13,20 @@ from keras_vit.layers.rotary import rotate
 from keras_vit.layers.stochastic_depth import seed_generators_of
 
 
+def key_mask(attention_mask):
+    """(B, N) real-token flags -> the (B, 1, 1, N) boolean mask of the keys every query may see."""
+    return ops.cast(attention_mask, "bool")[:, None, None, :]
+
+
+def masked_softmax(logits, attention_mask=None):
+    """The float32 softmax over the last axis (keys) of attention logits (B, heads, Q, N), the keys
+    that `attention_mask` (B, N) marks as padding left out."""
+    logits = ops.cast(logits, "float32")
+    if attention_mask is not None:
+        logits = ops.where(key_mask(attention_mask), logits, -1e30)
+    return ops.softmax(logits, axis=-1)
+
+
 @keras.saving.register_keras_serializable(package="keras_vit")
 class MultiHeadSelfAttention(keras.layers.Layer):
     """Multi-head dot-product self-attention.
@@ -41,6 +55,11 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         (LoRA fine-tuning, keras_vit.model.lora); None: none.
     quantization: "int8" or "int4": the four projections are
         built quantised (keras_vit.layers.quantization); None: float.
+
+    `call(x, attention_mask=m)`: m (B, N) is True where a token is real and
+    False where it is padding (a NaFlex batch, keras_vit.model.naflex): no
+    token attends to padding, so a real token's output is the same as in
+    its image alone.
 
     `call(x, return_attention_scores=True)` also returns the probabilities
     (B, heads, N, N). The fast path uses `keras.ops.dot_product_attention`
@@ -111,7 +130,7 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         """The random state of this layer's dropout (what EncoderBlock's remat rewinds)."""
         return seed_generators_of(self.dropout)
 
-    def call(self, x, training=False, return_attention_scores=False, rope=None):
+    def call(self, x, training=False, return_attention_scores=False, rope=None, attention_mask=None):
         q, k, v = (self._project(name, x) for name in ("query", "key", "value"))  # each (B, N, heads, head_dim)
         if rope is not None:
             q, k = self._rotated(q, *rope), self._rotated(k, *rope)
@@ -123,11 +142,12 @@ class MultiHeadSelfAttention(keras.layers.Layer):
             logits = ops.einsum("bqhk,bthk->bhqt", q * ops.cast(scale, q.dtype), k)  # (B, heads, N, N)
             if bias is not None:
                 logits = logits + ops.cast(bias, logits.dtype)
-            probs = ops.cast(ops.softmax(ops.cast(logits, "float32"), axis=-1), v.dtype)
+            probs = ops.cast(masked_softmax(logits, attention_mask), v.dtype)
             context = ops.einsum("bhqt,bthk->bqhk", self.dropout(probs, training=training), v)
         else:
             context = ops.dot_product_attention(
-                q, k, v, bias=None if bias is None else ops.cast(bias, q.dtype))  # (B, N, heads, head_dim)
+                q, k, v, bias=None if bias is None else ops.cast(bias, q.dtype),
+                mask=None if attention_mask is None else key_mask(attention_mask))  # (B, N, heads, head_dim)
         y = self._project("out", context)  # (B, N, D)
         return (y, probs) if return_attention_scores else y
 

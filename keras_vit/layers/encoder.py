@@ -83,15 +83,18 @@ class Encoder(keras.layers.Layer):
         if self.encoder_norm is not None:
             self.encoder_norm.build(input_shape)
 
-    def call(self, x, training=False, return_attention_scores=False, return_block_outputs=False, rope=None):
-        """rope: the (cos, sin) of RotaryEmbedding2D, for every block (position_embedding="rope")."""
+    def call(self, x, training=False, return_attention_scores=False, return_block_outputs=False, rope=None,
+             attention_mask=None):
+        """rope: the (cos, sin) of RotaryEmbedding2D, for every block (position_embedding="rope");
+        attention_mask: (B, N), False on padding tokens, for every block."""
         scores, block_outputs = [], []
+        masks = {} if attention_mask is None else {"attention_mask": attention_mask}
         for block in self.blocks:
             if return_attention_scores:
-                x, block_scores = block(x, training=training, return_attention_scores=True, rope=rope)
+                x, block_scores = block(x, training=training, return_attention_scores=True, rope=rope, **masks)
                 scores.append(block_scores)
             else:
-                x = block(x, training=training, rope=rope)
+                x = block(x, training=training, rope=rope, **masks)
             block_outputs.append(x)
         if self.encoder_norm is not None:
             x = self.encoder_norm(x)

@@ -88,11 +88,12 @@ class EncoderBlock(keras.layers.Layer):
     # for memory; not part of the config: it changes no output or gradient.
     rematerialize = False
 
-    def call(self, x, training=False, return_attention_scores=False, rope=None):
-        """rope: the (cos, sin) of RotaryEmbedding2D for a position_embedding="rope" model."""
-        if self.rematerialize and training and not return_attention_scores:
+    def call(self, x, training=False, return_attention_scores=False, rope=None, attention_mask=None):
+        """rope: the (cos, sin) of RotaryEmbedding2D for a position_embedding="rope" model;
+        attention_mask: (B, N), False on padding tokens (MultiHeadSelfAttention)."""
+        if self.rematerialize and training and not return_attention_scores and attention_mask is None:
             return self._rematerialized_call(x, rope)
-        return self._residual_branches(x, training, return_attention_scores, rope)
+        return self._residual_branches(x, training, return_attention_scores, rope, attention_mask)
 
     def _rematerialized_call(self, x, rope=None):
         """The block keeps only its input for the backward pass, which runs
@@ -119,12 +120,13 @@ class EncoderBlock(keras.layers.Layer):
 
         return keras.remat(forward)(x, *angles, *start)
 
-    def _residual_branches(self, x, training, return_attention_scores, rope=None):
+    def _residual_branches(self, x, training, return_attention_scores, rope=None, attention_mask=None):
         y = self.attention_norm(x)
         if return_attention_scores:
-            y, scores = self.attention(y, training=training, return_attention_scores=True, rope=rope)
+            y, scores = self.attention(y, training=training, return_attention_scores=True, rope=rope,
+                                       attention_mask=attention_mask)
         else:
-            y = self.attention(y, training=training, rope=rope)
+            y = self.attention(y, training=training, rope=rope, attention_mask=attention_mask)
         y = self.dropout(y, training=training)
         if self.attention_scale is not None:
             y = self.attention_scale(y)

@@ -6,6 +6,7 @@ import math
 import keras
 from keras import ops
 
+from keras_vit.layers.attention import masked_softmax
 from keras_vit.layers.mlp import MlpBlock
 
 
@@ -52,13 +53,14 @@ class MAPHead(keras.layers.Layer):
         self.norm.build((None, 1, width))
         self.mlp.build((None, 1, width))
 
-    def call(self, tokens, return_attention_scores=False):
+    def call(self, tokens, return_attention_scores=False, attention_mask=None):
+        """attention_mask: (B, N), False on padding tokens, which the probe does not attend to."""
         batch = ops.shape(tokens)[0]
         probe = ops.cast(ops.broadcast_to(self.probe, (batch, 1, ops.shape(self.probe)[-1])), tokens.dtype)
         q = self.query(probe) * ops.cast(1.0 / math.sqrt(self.head_dim), tokens.dtype)
         k, v = self.key(tokens), self.value(tokens)
         logits = ops.einsum("bqhk,bthk->bhqt", q, k)
-        probs = ops.cast(ops.softmax(ops.cast(logits, "float32"), axis=-1), v.dtype)
+        probs = ops.cast(masked_softmax(logits, attention_mask), v.dtype)
         x = self.out(ops.einsum("bhqt,bthk->bqhk", probs, v))  # (B, 1, D)
         x = x + self.mlp(self.norm(x))
         return (x[:, 0], probs) if return_attention_scores else x[:, 0]

@@ -15,7 +15,9 @@ rules, reproduced here from their definitions (not by calling torch):
                        with indices clamped to the border (src itself is not clamped);
     bicubic_antialias  torch's _upsample_bicubic2d_aa (Pillow's resampling): cubic a=-0.5
                        stretched by max(old / new, 1) around (dst + 0.5) * old / new, its
-                       window cut to the grid and the weights normalised to sum 1.
+                       window cut to the grid and the weights normalised to sum 1;
+    bilinear_antialias torch's bilinear with antialias=True (SigLIP2's per-image table): the
+                       triangle 1 - |x| stretched the same way, cut and normalised the same way.
 
 Every rule is separable, so each axis is a (new, old) matrix and a grid is
 resized by two matrix products. The formulas are written once against an
@@ -115,7 +117,25 @@ def _bicubic_antialias(xp, old_size, new_size, dtype):
     return weights / xp.where(xp.equal(total, 0), 1.0, total)
 
 
+def triangle_weights(xp, old_size, positions, new_size, dtype):
+    """(..., n, old): torch's antialiased bilinear weights of output samples `positions`
+    (..., n) on an axis of `new_size` samples (broadcast against positions[..., :1]).
+    Batched: SigLIP2 resizes one table to each image's own grid (keras_vit.model.naflex)."""
+    scale = old_size / _cast(xp, new_size, dtype)
+    stretch = xp.maximum(scale, 1.0)
+    centre = ((_cast(xp, positions, dtype) + 0.5) * scale)[..., None]
+    j = xp.arange(old_size, dtype=dtype)
+    # Zero beyond one stretched sample of the centre, so the window needs no cutting of its own.
+    weights = xp.maximum(1.0 - xp.abs(j + 0.5 - centre) / stretch[..., None], 0.0)
+    return weights / xp.sum(weights, axis=-1, keepdims=True)
+
+
+def _bilinear_antialias(xp, old_size, new_size, dtype):
+    return triangle_weights(xp, old_size, xp.arange(new_size, dtype=dtype), new_size, dtype)
+
+
 _BUILDERS = {"linear": _linear, "bicubic": _bicubic, "bicubic_antialias": _bicubic_antialias,
+             "bilinear_antialias": _bilinear_antialias,
              # not a position rule (METHODS): FlexiViT's patch-kernel resize (weights/patch_resize.py)
              "bilinear": _bilinear}
 

@@ -25,10 +25,16 @@ class TokenPooling(keras.layers.Layer):
         self.classifier = classifier
         self.num_prefix_tokens = int(num_prefix_tokens)
 
-    def call(self, tokens):
+    def call(self, tokens, attention_mask=None):
+        """attention_mask: (B, N), False on padding tokens, which the mean leaves out."""
         if self.classifier == "token":
             return tokens[:, 0]
-        mean = ops.mean(tokens[:, self.num_prefix_tokens:], axis=1)
+        patches = tokens[:, self.num_prefix_tokens:]
+        if attention_mask is None:
+            mean = ops.mean(patches, axis=1)
+        else:
+            real = ops.cast(attention_mask[:, self.num_prefix_tokens:, None], patches.dtype)
+            mean = ops.sum(patches * real, axis=1) / ops.sum(real, axis=1)
         if self.classifier == "gap":
             return mean
         return ops.concatenate([tokens[:, 0], mean], axis=-1)

@@ -41,9 +41,13 @@ def from_pretrained(source, **overrides):
     The checkpoint's class names, when it has them, are kept as `model.labels`.
     """
     checkpoint = open_checkpoint(source)
+    overrides_given = set(overrides)
     model_args = {k: overrides.pop(k) for k in _MODEL_ARGS if k in overrides}
     config = checkpoint.config.replace(**overrides) if overrides else checkpoint.config
     model_args.setdefault("image_size", checkpoint.image_size)
+    if checkpoint.dynamic_image_size and "image_size" not in overrides_given:
+        # NaFlex (SigLIP2): every image at its own grid, the table resized from the checkpoint's own.
+        model_args.setdefault("dynamic_image_size", True)
     model_args.setdefault("num_channels", checkpoint.num_channels)
     head = checkpoint.num_classes
     if "num_classes" in model_args and model_args["num_classes"] is not None:

@@ -124,26 +124,27 @@ def block_inputs(images, parts) -> dict:
     return {"rope": parts.rotary_embedding(images)}
 
 
-def read_out(tokens, parts):
+def read_out(tokens, parts, attention_mask=None):
     """The encoded tokens (B, T, D) -> the model's output: the head's (logits,
     or probabilities with its activation), or without a head the pooled image
-    embedding (after [pooled norm], [projection], [pre-logits])."""
+    embedding (after [pooled norm], [projection], [pre-logits]).
+    attention_mask (B, T): False on padding tokens (keras_vit.model.naflex)."""
     if isinstance(parts.head, vit_layers.DistillationHead):
         return parts.head(tokens)  # reads the class and distillation tokens itself
-    x = pooled_embedding(tokens, parts)
+    x = pooled_embedding(tokens, parts, attention_mask)
     return parts.head(x) if parts.head is not None else x
 
 
-def pooled_embedding(tokens, parts):
+def pooled_embedding(tokens, parts, attention_mask=None):
     """pooling -> [pooled norm] -> [projection] -> [pre-logits]: the image
     embedding a head reads (what transformers calls pooler_output, or CLIP's
     image_embeds)."""
-    return embedding_of_pooled(read_pooled(tokens, parts), parts)
+    return embedding_of_pooled(read_pooled(tokens, parts, attention_mask), parts)
 
 
-def read_pooled(tokens, parts):
+def read_pooled(tokens, parts, attention_mask=None):
     """The read-out: pooling -> [pooled norm] (B, D), or (B, 2 D) for "token_gap"."""
-    x = parts.pooling(tokens)
+    x = parts.pooling(tokens) if attention_mask is None else parts.pooling(tokens, attention_mask=attention_mask)
     return parts.pooled_norm(x) if parts.pooled_norm is not None else x
 
 

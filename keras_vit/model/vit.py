@@ -191,6 +191,15 @@ class ViT(InputGuard, Description, FeatureAPI, keras.Model):
         (masked patch prediction corrupts them there)."""
         return embed_images(images, self, training=training, patch_hook=patch_hook)
 
+    def call_padded(self, images, grids, training=False):
+        """The output for each image of a batch padded over different grids, as
+        if each were alone (SigLIP2's NaFlex batches, keras_vit.model.naflex):
+        images (B, H, W, C) with each image at the top left, grids (B, 2) its
+        rows and columns of patches; `keras_vit.pad_batch` makes both."""
+        from keras_vit.model.naflex import call_padded
+
+        return call_padded(self, images, grids, training=training)
+
     @property
     def labels(self):
         """The head's class names (index = class id), or None when unknown."""

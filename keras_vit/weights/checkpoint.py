@@ -33,6 +33,8 @@ class Checkpoint:
     image_size: (height, width) the position embedding was trained for.
     labels: class names of the head, when the source has them.
     source: where it came from, for messages.
+    dynamic_image_size: the source takes every image at its own grid (SigLIP2's
+        NaFlex): from_pretrained builds a model for any size by default.
     """
 
     config: ViTConfig
@@ -41,6 +43,7 @@ class Checkpoint:
     labels: Optional[List[str]] = None
     source: str = ""
     num_channels: int = 3
+    dynamic_image_size: bool = False
 
     @property
     def num_classes(self) -> Optional[int]:
@@ -156,6 +159,15 @@ class Transform:
 
 LINEAR = Transform(linear_kernel, lambda kernel: kernel.T)
 CONV = Transform(conv_kernel, lambda kernel: kernel.transpose(3, 2, 0, 1))
+
+
+def patch_linear_kernels(patch_size: int) -> Transform:
+    """A patch embedding applied as a torch Linear to flattened patches (SigLIP2: each
+    patch's pixels in (row, column, channel) order, (D, p * p * C)) -> the patch
+    convolution's (p, p, C, D), which computes the same on the image itself."""
+    p = int(patch_size)
+    return Transform(lambda w: np.ascontiguousarray(w.reshape(w.shape[0], p, p, -1).transpose(1, 2, 3, 0)),
+                     lambda kernel: kernel.transpose(3, 0, 1, 2).reshape(kernel.shape[-1], -1))
 
 
 def qkv_kernels(heads: int) -> Transform:

@@ -59,7 +59,8 @@ def read_hf_directory(directory, source: Optional[str] = None,
         if normalization is not None:
             fields["pixel_normalization"] = normalization
     return Checkpoint(config=ViTConfig(**fields), params=mapped.params, image_size=mapped.image_size,
-                      labels=mapped.labels, source=where, num_channels=mapped.num_channels)
+                      labels=mapped.labels, source=where, num_channels=mapped.num_channels,
+                      dynamic_image_size=mapped.dynamic_image_size)
 
 
 def read_hf_tensors(directory, where) -> Dict[str, np.ndarray]:

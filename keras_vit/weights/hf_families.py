@@ -1,6 +1,6 @@
 """HF transformers checkpoints of ViT and its relatives: ViT itself, DeiT,
 DINOv2 (with and without registers), DINOv3 (rotary positions), and the vision
-towers of SigLIP, CLIP and MetaCLIP 2 (CLIP's architecture and file layout under
+towers of SigLIP, SigLIP2 (NaFlex), CLIP and MetaCLIP 2 (CLIP's architecture and file layout under
 its own model_type).
 
 Each is the ViT encoder with a few knobs turned (ViTConfig's
@@ -38,6 +38,7 @@ from keras_vit.weights.checkpoint import (
     POSEMB_KEY,
     activation,
     no_qkv_bias,
+    patch_linear_kernels,
     rename,
     torch_block,
     torch_dense,
@@ -62,6 +63,11 @@ _DINOV2_REGISTERS_DEFAULTS = dict(_DINOV2_DEFAULTS, patch_size=16, num_register_
 _SIGLIP_DEFAULTS = dict(hidden_size=768, num_hidden_layers=12, num_attention_heads=12, intermediate_size=3072,
                         hidden_act="gelu_pytorch_tanh", layer_norm_eps=1e-6, image_size=224, patch_size=16,
                         num_channels=3, vision_use_head=True)
+# Siglip2VisionConfig: SigLIP's, with a learned table of num_patches (a square grid) that
+# each image's own grid resizes (NaFlex), and no image_size.
+_SIGLIP2_DEFAULTS = dict(hidden_size=768, num_hidden_layers=12, num_attention_heads=12, intermediate_size=3072,
+                         hidden_act="gelu_pytorch_tanh", layer_norm_eps=1e-6, patch_size=16, num_channels=3,
+                         vision_use_head=True, num_patches=256)
 _CLIP_DEFAULTS = dict(hidden_size=768, num_hidden_layers=12, num_attention_heads=12, intermediate_size=3072,
                       hidden_act="quick_gelu", layer_norm_eps=1e-5, image_size=224, patch_size=32, num_channels=3,
                       projection_dim=512)
@@ -84,6 +90,9 @@ class Mapped(NamedTuple):
     image_size: Tuple[int, int]
     labels: Optional[List[str]]
     num_channels: int
+    # True where the family takes every image at its own grid (SigLIP2's NaFlex): from_pretrained
+    # then builds a model for any size unless asked otherwise.
+    dynamic_image_size: bool = False
 
 
 # --- shared pieces ---
@@ -529,6 +538,57 @@ def siglip(hf: dict, tensors: Dict[str, np.ndarray], where: str) -> Mapped:
     return _siglip(_settings(_vision_config(hf), _SIGLIP_DEFAULTS), hf, tensors, where)
 
 
+def _siglip2(c: dict, hf: dict, tensors: Dict[str, np.ndarray], where: str) -> Mapped:
+    """SigLIP's tower taking patches at each image's own grid (NaFlex): the patch embedding a
+    Linear on flattened patches (our convolution, on the image), and a learned G x G table
+    that each image's grid resizes with torch's antialiased bilinear (keras_vit.model.naflex)."""
+    fields = _tower_fields(c, where, "SigLIP2")
+    heads, patch = fields["num_heads"], fields["patch_size"]
+    prefix = _vision_prefix(tensors)
+    e = prefix + "embeddings."
+    _require(tensors, e + "patch_embedding.weight", "the patch embedding", where, "SigLIP2")
+    side = int(round(int(c["num_patches"]) ** 0.5))
+    if side * side != int(c["num_patches"]):
+        raise UserError(f"{where}: num_patches={c['num_patches']} is not a square grid, which SigLIP2's position "
+                        f"table is (transformers reshapes it to sqrt(num_patches) per side).")
+    # Siglip2ForImageClassification classifies the mean of the real tokens, its tower's head unused.
+    classification = "classifier.weight" in tensors
+    uses_head = bool(c["vision_use_head"]) and not classification
+    table = {
+        "embedding/kernel": (e + "patch_embedding.weight", patch_linear_kernels(patch)),
+        "embedding/bias": (e + "patch_embedding.bias", None),
+        POSEMB_KEY: (e + "position_embedding.weight", lambda w: w[None]),
+    }
+    for i in range(fields["num_layers"]):
+        torch_block(table, i, f"{prefix}encoder.layers.{i}.", _TOWER_BLOCK, heads)
+    torch_norm(table, ENCODER_NORM, prefix + "post_layernorm")
+    if uses_head:
+        h = prefix + "head."
+        tensors = _split_in_proj(tensors, h + "attention.")
+        torch_map_head(table, h, _SIGLIP_MAP_HEAD, heads)
+    torch_dense(table, "head", "classifier")
+
+    def unused(name: str) -> bool:  # as SigLIP's (see _siglip)
+        return (_is_buffer(name) or name.startswith("text_model.") or name in ("logit_scale", "logit_bias")
+                or (classification and name.startswith(prefix + "head.")))
+
+    params = rename(_drop(tensors, unused), table)
+    fields.update(classifier="map" if uses_head else "gap", pixel_normalization="minus_one_to_one",
+                  position_interpolation="bilinear_antialias")
+    return Mapped(fields, params, (side * patch, side * patch), _labels(hf, params), int(c["num_channels"]),
+                  dynamic_image_size=True)
+
+
+def siglip2_vision_model(hf: dict, tensors: Dict[str, np.ndarray], where: str) -> Mapped:
+    """Siglip2VisionModel: features = the attention-pooling head's output (pooler_output)."""
+    return _siglip2(_settings(hf, _SIGLIP2_DEFAULTS), hf, tensors, where)
+
+
+def siglip2(hf: dict, tensors: Dict[str, np.ndarray], where: str) -> Mapped:
+    """A full Siglip2Model (its vision tower), or Siglip2ForImageClassification."""
+    return _siglip2(_settings(_vision_config(hf), _SIGLIP2_DEFAULTS), hf, tensors, where)
+
+
 def _clip(c: dict, hf: dict, tensors: Dict[str, np.ndarray], where: str) -> Mapped:
     # MetaCLIP 2 is CLIP's architecture trained on other data: transformers' MetaClip2 classes
     # are CLIP's with the names changed, and their files hold the same tensor names.
@@ -596,6 +656,8 @@ FAMILIES: Dict[str, Callable[[dict, Dict[str, np.ndarray], str], Mapped]] = {
     "dinov3_vit": dinov3_vit,
     "siglip_vision_model": siglip_vision_model,
     "siglip": siglip,
+    "siglip2_vision_model": siglip2_vision_model,
+    "siglip2": siglip2,
     "clip_vision_model": clip_vision_model,
     "clip": clip,
     # MetaClip2VisionConfig and MetaClip2Config have CLIP's defaults (transformers 5.24).

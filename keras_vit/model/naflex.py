@@ -1,0 +1,156 @@
+"""NaFlex (SigLIP2): every image at its own aspect ratio and patch count, up to a maximum.
+
+Three rules, as transformers' Siglip2 code and image processor apply them (written
+here from their definitions):
+
+- **size** (`naflex_size`): an image of h x w pixels is resized to the largest
+  scale s (found by bisection to 1e-5) at which ceil(h s / p) * ceil(w s / p)
+  patches fit in `max_patches`, each side rounded up to whole patches and at
+  least one patch;
+- **positions**: the learned G x G table is resized to each image's own grid by
+  torch's antialiased bilinear (position_interpolation="bilinear_antialias");
+  a model built with dynamic_image_size=True does this for the grid of
+  whatever it is called on;
+- **padding** (`pad_batch`, `call_padded`): images of different grids share a
+  batch padded at the bottom and right; attention and pooling leave the
+  padding's tokens out, so each row equals its image alone.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import List, Sequence, Tuple
+
+import numpy as np
+from keras import ops
+
+from keras_vit.errors import UserError
+from keras_vit.layers.interpolation import triangle_weights
+
+# The bisection of transformers' get_image_size_for_max_num_patches: its bounds and tolerance.
+_SCALE_RANGE, _TOLERANCE = (1e-6, 100.0), 1e-5
+
+
+def _scaled_side(side: int, scale: float, patch_size: int) -> int:
+    return max(patch_size, math.ceil(side * scale / patch_size) * patch_size)
+
+
+def naflex_size(height: int, width: int, patch_size: int, max_patches: int) -> Tuple[int, int]:
+    """The (height, width) in pixels, multiples of `patch_size`, that an image of
+    height x width is resized to so that its grid holds at most `max_patches`
+    patches at its own aspect ratio (SigLIP2's processor's rule)."""
+    if min(height, width, patch_size, max_patches) < 1:
+        raise UserError(f"naflex_size needs positive sizes, got {height}x{width} pixels, patch {patch_size}, "
+                        f"max_patches {max_patches}.")
+    low, high = _SCALE_RANGE
+    while high - low >= _TOLERANCE:
+        scale = (low + high) / 2
+        rows = _scaled_side(height, scale, patch_size) // patch_size
+        cols = _scaled_side(width, scale, patch_size) // patch_size
+        if rows * cols <= max_patches:
+            low = scale
+        else:
+            high = scale
+    return _scaled_side(height, low, patch_size), _scaled_side(width, low, patch_size)
+
+
+def pad_batch(images: Sequence[np.ndarray], patch_size: int) -> Tuple[np.ndarray, np.ndarray]:
+    """Images (h_i, w_i, C), each side a multiple of `patch_size`, as one batch:
+    (B, H, W, C) float32 padded with 0 at the bottom and right to the largest
+    height and width, and their grids (B, 2) int32 (rows, cols) for `call_padded`."""
+    images = [np.asarray(image, np.float32) for image in images]
+    if not images:
+        raise UserError("pad_batch needs at least one image.")
+    for image in images:
+        if image.ndim != 3 or image.shape[0] % patch_size or image.shape[1] % patch_size:
+            raise UserError(f"pad_batch takes (height, width, channels) images whose sides are multiples of the "
+                            f"patch size {patch_size}, got {image.shape}: resize each with naflex_size first.")
+    height = max(image.shape[0] for image in images)
+    width = max(image.shape[1] for image in images)
+    batch = np.zeros((len(images), height, width, images[0].shape[2]), np.float32)
+    for row, image in enumerate(images):
+        batch[row, :image.shape[0], :image.shape[1]] = image
+    grids = np.array([(image.shape[0] // patch_size, image.shape[1] // patch_size) for image in images], np.int32)
+    return batch, grids
+
+
+def check_paddable(model) -> None:
+    """Refuses, in one line, a model whose tokens a padded batch would change."""
+    config = model.config
+    reasons = []
+    if config.position_embedding not in ("learned_1d", "none"):
+        reasons.append(f"its position_embedding={config.position_embedding!r} follows the whole padded grid")
+    elif config.position_embedding == "learned_1d" and config.position_interpolation != "bilinear_antialias":
+        reasons.append(f"its table is resized per image by SigLIP2's rule only (its own is "
+                       f"{config.position_interpolation!r})")
+    if config.resnet:
+        reasons.append("a ResNet stem's convolutions reach into the padding")
+    if config.patch_dropout:
+        reasons.append("patch dropout drops tokens the mask would not follow")
+    if reasons:
+        raise UserError(f"call_padded cannot run {model.name}: {'; '.join(reasons)}. Call the model on each image "
+                        f"alone (built with dynamic_image_size=True) instead.")
+
+
+def grid_mask(grids, rows: int, cols: int):
+    """(B, rows * cols) bool: True on the tokens inside each image's own grid (row-major)."""
+    grids = ops.cast(grids, "int32")
+    inside_rows = ops.arange(rows, dtype="int32")[None, :] < grids[:, :1]  # (B, rows)
+    inside_cols = ops.arange(cols, dtype="int32")[None, :] < grids[:, 1:]  # (B, cols)
+    return ops.reshape(ops.logical_and(inside_rows[:, :, None], inside_cols[:, None, :]), (-1, rows * cols))
+
+
+def positions_per_image(layer, grids, rows: int, cols: int):
+    """(B, prefix + rows * cols, D): the learned table of `layer` (a PositionEmbedding) resized
+    to each image's own grid and placed at the top left of the padded rows x cols grid (the
+    padding's positions repeat the image's edge, and are never read: the mask leaves them out)."""
+    grids = ops.cast(grids, "float32")
+    trained_rows, trained_cols = layer.grid_size
+    width = layer.pos_embedding.shape[-1]
+    prefix = layer.num_prefix_tokens
+    table = ops.cast(layer.pos_embedding, "float32")
+    grid = ops.reshape(table[0, prefix:], (trained_rows, trained_cols, width))
+    # The padding's rows and columns repeat the image's last (weights past its grid would all be 0).
+    row_at = ops.minimum(ops.arange(rows, dtype="float32")[None, :], grids[:, :1] - 1)
+    col_at = ops.minimum(ops.arange(cols, dtype="float32")[None, :], grids[:, 1:] - 1)
+    along_rows = triangle_weights(ops, trained_rows, row_at, grids[:, :1], "float32")  # (B, rows, trained_rows)
+    along_cols = triangle_weights(ops, trained_cols, col_at, grids[:, 1:], "float32")  # (B, cols, trained_cols)
+    resized = ops.einsum("bri,ijd,bcj->brcd", along_rows, grid, along_cols)
+    resized = ops.reshape(resized, (-1, rows * cols, width))
+    batch = ops.shape(resized)[0]
+    head = ops.broadcast_to(table[:, :prefix], (batch, prefix, width))
+    return ops.concatenate([head, resized], axis=1)
+
+
+def call_padded(model, images, grids, training=False):
+    """The model's output for each image of a padded batch, as if it were alone.
+
+    images: (B, H, W, C) as the model takes them, each image at the top left,
+    H and W multiples of the patch size (`pad_batch`); grids: (B, 2) the rows
+    and columns of patches of each image. The model's own layers run: patch
+    embedding, [class token], + each image's own positions, [registers], the
+    encoder and the pooling with the padding masked out, then the heads."""
+    from keras_vit.model.readout import read_out
+
+    check_paddable(model)
+    x = model.preprocessing(images) if model.preprocessing is not None else images
+    stride = model.config.total_stride
+    rows, cols = int(x.shape[1]) // stride, int(x.shape[2]) // stride
+    tokens = model.patch_embedding(x)
+    for prefix_layer in (model.class_token, model.distillation_token):
+        if prefix_layer is not None:
+            tokens = prefix_layer(tokens)
+    if model.position_embedding is not None:
+        tokens = tokens + ops.cast(positions_per_image(model.position_embedding, grids, rows, cols), tokens.dtype)
+    if model.register_tokens is not None:
+        tokens = model.register_tokens(tokens)
+    tokens = model.embedding_dropout(tokens, training=training)
+    if model.pre_norm is not None:
+        tokens = model.pre_norm(tokens)
+    mask = grid_mask(grids, rows, cols)
+    prefix = model.config.num_prefix_tokens
+    if prefix:
+        mask = ops.concatenate([ops.ones((ops.shape(mask)[0], prefix), "bool"), mask], axis=1)
+    tokens = model.encoder(tokens, training=training, attention_mask=mask)
+    return read_out(tokens, model, attention_mask=mask)
+
