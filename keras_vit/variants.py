@@ -24,6 +24,8 @@ _SIZES = {
     "B": (768, 12, 12, 3072),
     "L": (1024, 24, 16, 4096),
     "H": (1280, 32, 16, 5120),
+    # SigLIP's shape-optimised 400M (Alabdulmohsin et al. 2023), SigLIP2's largest NaFlex tower
+    "So400m": (1152, 27, 16, 4304),
     "Mu": (128, 4, 4, 256),  # micro: the CPU demo (MNIST), not from the paper
     # nano: one block, a run of a few steps in seconds, to try a command, data or recipe before
     # the real run (and the suite's command-line tests); not from the paper, learns little
@@ -43,6 +45,9 @@ _FAMILIES = {
     "DINOv3": dict(layer_scale_init=1.0, gelu_approximate=False, num_register_tokens=4, position_embedding="rope",
                    layer_norm_epsilon=1e-5, pixel_normalization="imagenet"),
     "SigLIP": dict(classifier="map", position_interpolation="bicubic"),
+    # NaFlex: the table (16 x 16 in the published towers: build at 256 px for 16 px patches) is
+    # resized to each image's own grid (keras_vit.model.naflex).
+    "SigLIP2": dict(classifier="map", position_interpolation="bilinear_antialias"),
     "CLIP": dict(pre_norm=True, final_norm="pooled", patch_bias=False, mlp_activation="quick_gelu",
                  layer_norm_epsilon=1e-5, position_interpolation="bicubic", pixel_normalization="clip"),
 }
@@ -95,6 +100,9 @@ VARIANTS: Dict[str, ViTConfig] = {
     "DINOv3-B/16": _vit("B", 16, family="DINOv3"),
     "DINOv3-L/16": _vit("L", 16, family="DINOv3"),
     "SigLIP-B/16": _vit("B", 16, family="SigLIP"),
+    # SigLIP2's NaFlex towers (google/siglip2-base-patch16-naflex, google/siglip2-so400m-patch16-naflex).
+    "SigLIP2-B/16": _vit("B", 16, family="SigLIP2"),
+    "SigLIP2-So400m/16": _vit("So400m", 16, family="SigLIP2"),
     "CLIP-B/32": _vit("B", 32, family="CLIP", projection_size=512),
     "CLIP-B/16": _vit("B", 16, family="CLIP", projection_size=512),
     "CLIP-L/14": _vit("L", 14, family="CLIP", projection_size=768),
@@ -157,7 +165,8 @@ def _architecture(config: ViTConfig):
     return (config.patch_size, config.hidden_size, config.mlp_dim, config.num_heads, config.num_layers,
             config.resnet, config.distillation_token, config.num_register_tokens,
             config.layer_scale_init is not None, config.mlp_activation, config.pre_norm, config.final_norm,
-            config.classifier == "map", config.position_embedding == "rope")
+            config.classifier == "map", config.position_embedding == "rope",
+            config.position_interpolation == "bilinear_antialias")  # SigLIP2's NaFlex table
 
 
 def list_variants() -> List[str]:

@@ -63,6 +63,9 @@ def families(job_path):
         results[name + "/resized"] = keras.ops.convert_to_numpy(resized(images[name + "/resized"])).tolist()
         dynamic = keras_vit.from_pretrained(directory, dynamic_image_size=True)
         results[name + "/dynamic"] = keras.ops.convert_to_numpy(dynamic(images[name + "/resized"])).tolist()
+        if name + "/padded" in images:  # NaFlex: a batch padded over several grids
+            padded = native.call_padded(images[name + "/padded"], images[name + "/grids"])
+            results[name + "/padded"] = keras.ops.convert_to_numpy(padded).tolist()
     json.dump(results, open(job["out"], "w"))
 
 

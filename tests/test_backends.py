@@ -18,6 +18,7 @@ import pytest
 import keras_vit
 from tests.conftest import tiny_config, tiny_hybrid_config
 from tests.official_format import official_params, write_npz
+from tests.test_hf_families import ANY_SIZE as NAFLEX
 from tests.test_hf_families import CASES as HF_CASES
 from tests.test_hf_families import expected, images, saved
 
@@ -31,7 +32,7 @@ CASES = {
 # One transformers checkpoint per family, each with another size to resize to.
 FAMILY_CASES = {"deit_teacher": 44, "dinov2_swiglu_classifier": 44, "dinov2_registers": 24,
                 "siglip_vision": 40, "clip_vision_projection": (36, 44), "metaclip_2": 40,
-                "dinov3": (24, 40)}
+                "dinov3": (24, 40), "siglip2_vision": (16, 44)}
 
 
 @pytest.fixture(scope="module")
@@ -64,6 +65,11 @@ def transformers_side(tmp_path_factory):
         want[name + "/native"] = expected(hf, name, arrays[name + "/native"])
         want[name + "/resized"] = want[name + "/dynamic"] = expected(hf, name, arrays[name + "/resized"],
                                                                      interpolate=True)
+        if name in NAFLEX:  # a batch padded over three grids, each image's own output
+            shapes = ((32, 32), (16, 40), (44, 12))
+            padded = [images(shape, count=1, seed=3 + i)[0] for i, shape in enumerate(shapes)]
+            arrays[name + "/padded"], arrays[name + "/grids"] = keras_vit.pad_batch(padded, HF_CASES[name][4])
+            want[name + "/padded"] = expected(hf, name, padded)
         cases.append(dict(name=name, directory=str(directory), size=size if np.isscalar(size) else list(size)))
     np.savez(tmp / "images.npz", **arrays)
     return tmp, cases, want

@@ -25,6 +25,8 @@ FAMILIES = {
                               position_interpolation="bicubic_antialias"),
     "siglip": dict(classifier="map", position_interpolation="bicubic"),
     "siglip_gap_registers": dict(classifier="gap", num_register_tokens=2),
+    # SigLIP2 (NaFlex): SigLIP's tower, its table resized to each image's grid (antialiased bilinear).
+    "siglip2": dict(classifier="map", position_interpolation="bilinear_antialias"),
     "clip": dict(pre_norm=True, final_norm="pooled", patch_bias=False, mlp_activation="quick_gelu",
                  layer_norm_epsilon=1e-5, projection_size=20, pixel_normalization="clip",
                  position_interpolation="bicubic"),

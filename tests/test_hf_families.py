@@ -1,5 +1,6 @@
 """ViT's relatives in HF transformers (DeiT, DINOv2 with and without
-registers, DINOv3, the SigLIP, CLIP and MetaCLIP 2 vision towers) against transformers itself:
+registers, DINOv3, the SigLIP, SigLIP2 (NaFlex), CLIP and MetaCLIP 2 vision towers) against
+transformers itself:
 small random models with odd sizes (48 wide, 3 heads, MLP 80, 5 classes),
 every weight perturbed (LayerNorms, LayerScale, tokens and position tables
 included), written by their own save_pretrained, load with
@@ -26,6 +27,7 @@ from tests.sources_helpers import perturb_torch
 D, HEADS, LAYERS, MLP, CLASSES = 48, 3, 2, 80, 5
 NAMES = {0: "ant", 1: "bee", 2: "cat", 3: "dog", 4: "eel"}
 TEXT = dict(hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=40, vocab_size=50)
+SIGLIP2_TEXT = dict(TEXT, bos_token_id=0, eos_token_id=2, pad_token_id=1)  # its token ids in the tiny vocabulary
 
 
 def small(image_size=32, patch_size=4, **extra):
@@ -66,6 +68,33 @@ def vision_pooler(hf, x, **kw):  # a full SiglipModel / CLIPModel: its tower's p
 
 def clip_image_features(hf, x, **kw):
     return hf.visual_projection(hf.vision_model(pixel_values=pixels(x), **kw).pooler_output)
+
+
+def naflex_inputs(images, patch, length=None):
+    """What Siglip2's processor hands its model for NHWC images (each its own size): each image's
+    patches flattened in (row, column, channel) order, padded to `length` (the longest by
+    default), the mask of the real ones, and each image's grid (written from the processor's
+    convert_image_to_patches and pad_along_first_dim)."""
+    grids = [(image.shape[0] // patch, image.shape[1] // patch) for image in images]
+    length = length or max(rows * cols for rows, cols in grids)
+    values, masks = [], []
+    for image, (rows, cols) in zip(images, grids):
+        patches = image.reshape(rows, patch, cols, patch, -1).transpose(0, 2, 1, 3, 4).reshape(rows * cols, -1)
+        values.append(np.pad(patches, ((0, length - rows * cols), (0, 0))))
+        masks.append(np.arange(length) < rows * cols)
+    return dict(pixel_values=torch.from_numpy(np.stack(values).astype(np.float32)),
+                pixel_attention_mask=torch.from_numpy(np.stack(masks).astype(np.int32)),
+                spatial_shapes=torch.tensor(grids))
+
+
+def naflex(patch, read):
+    """A Siglip2 model's output for NHWC images: `read(model, inputs)` of their naflex_inputs."""
+    return lambda hf, x, **kw: read(hf, naflex_inputs(list(x), patch))
+
+
+def siglip2_vision(**extra):
+    return transformers.Siglip2VisionConfig(hidden_size=D, num_hidden_layers=LAYERS, num_attention_heads=HEADS,
+                                            intermediate_size=MLP, **extra)
 
 
 # name -> (build the transformers model, its output the keras_vit model gives,
@@ -139,6 +168,22 @@ CASES = {
         lambda: transformers.CLIPModel(transformers.CLIPConfig(
             vision_config=small(intermediate_size=MLP), text_config=TEXT, projection_dim=24)),
         clip_image_features, False, 32, 4),
+    # SigLIP2 (NaFlex): patches at each image's own grid, the num_patches table resized to it.
+    "siglip2_vision": (
+        lambda: transformers.Siglip2VisionModel(siglip2_vision(patch_size=4, num_patches=64)),
+        naflex(4, lambda hf, inputs: hf(**inputs).pooler_output), True, 32, 4),
+    "siglip2_vision_no_head": (
+        lambda: transformers.Siglip2VisionModel(siglip2_vision(patch_size=7, num_patches=16, vision_use_head=False)),
+        naflex(7, lambda hf, inputs: hf(**inputs).last_hidden_state.mean(1)), True, 28, 7),
+    "siglip2": (
+        lambda: transformers.Siglip2Model(transformers.Siglip2Config(
+            vision_config=siglip2_vision(patch_size=4, num_patches=36).to_dict(), text_config=SIGLIP2_TEXT)),
+        naflex(4, lambda hf, inputs: hf.vision_model(**inputs).pooler_output), True, 24, 4),
+    "siglip2_classifier": (
+        lambda: transformers.Siglip2ForImageClassification(transformers.Siglip2Config(
+            vision_config=siglip2_vision(patch_size=4, num_patches=64).to_dict(), text_config=SIGLIP2_TEXT,
+            **labelled())),
+        naflex(4, lambda hf, inputs: hf(**inputs).logits), True, 32, 4),
     # MetaCLIP 2: CLIP's architecture under transformers' MetaClip2 classes and model_types.
     "metaclip_2_vision_projection": (
         lambda: transformers.MetaClip2VisionModelWithProjection(
@@ -179,6 +224,12 @@ FIELDS = {
     "siglip_vision_no_head": dict(classifier="gap"),
     "siglip": dict(classifier="map"),
     "siglip_classifier": dict(classifier="gap"),
+    "siglip2_vision": dict(classifier="map", layer_norm_epsilon=1e-6, gelu_approximate=True, mlp_activation="gelu",
+                           final_norm="tokens", position_interpolation="bilinear_antialias",
+                           pixel_normalization="minus_one_to_one", patch_bias=True),
+    "siglip2_vision_no_head": dict(classifier="gap", patch_size=7),
+    "siglip2": dict(classifier="map"),
+    "siglip2_classifier": dict(classifier="gap"),
     "clip_vision": dict(classifier="token", mlp_activation="quick_gelu", layer_norm_epsilon=1e-5, pre_norm=True,
                         patch_bias=False, final_norm="pooled", projection_size=None,
                         position_interpolation="bicubic", pixel_normalization="clip"),
@@ -190,9 +241,11 @@ FIELDS = {
     "metaclip_2": dict(mlp_activation="quick_gelu", projection_size=24),
 }
 
-LABELLED = {"deit_teacher", "dinov2_swiglu_classifier", "siglip_classifier"}
+LABELLED = {"deit_teacher", "dinov2_swiglu_classifier", "siglip_classifier", "siglip2_classifier"}
 HAS_HEAD = {"deit_teacher", "deit_classifier", "dinov2_swiglu_classifier", "dinov2_registers_classifier",
-            "siglip_classifier"}
+            "siglip_classifier", "siglip2_classifier"}
+# Models that take every image at its own grid (NaFlex): from_pretrained builds them dynamic.
+ANY_SIZE = {"siglip2_vision", "siglip2_vision_no_head", "siglip2", "siglip2_classifier"}
 
 
 def saved(tmp_path, name, seed=1, positions=1.0):
@@ -383,6 +436,7 @@ def test_defaults_are_transformers(tmp_path):
                              (transformers.Dinov2Config(), hf_families._DINOV2_DEFAULTS),
                              (transformers.Dinov2WithRegistersConfig(), hf_families._DINOV2_REGISTERS_DEFAULTS),
                              (transformers.SiglipVisionConfig(), hf_families._SIGLIP_DEFAULTS),
+                             (transformers.Siglip2VisionConfig(), hf_families._SIGLIP2_DEFAULTS),
                              (transformers.CLIPVisionConfig(), hf_families._CLIP_DEFAULTS),
                              (transformers.MetaClip2VisionConfig(), hf_families._CLIP_DEFAULTS),
                              (transformers.DINOv3ViTConfig(), hf_families._DINOV3_DEFAULTS)):
@@ -451,6 +505,7 @@ def test_outputs_match_transformers(tmp_path, name):
     assert np.abs(want).max() > 0.3  # a real signal
     model = keras_vit.from_pretrained(str(directory))
     assert model.include_top == (name in HAS_HEAD) and model.image_size == (size, size)
+    assert model.dynamic_image_size == (name in ANY_SIZE)
     for field, value in FIELDS[name].items():
         assert getattr(model.config, field) == value, field
     np.testing.assert_allclose(np.asarray(model(x)), want, atol=1e-4, rtol=0)
@@ -462,6 +517,7 @@ def test_outputs_match_transformers(tmp_path, name):
     ("deit_teacher", cls_of_last_hidden_state),
     ("dinov2_registers_classifier", cls_and_patch_mean(1 + 3)),  # registers are not patches
     ("siglip_classifier", mean_of("last_hidden_state")),
+    ("siglip2_classifier", naflex(4, lambda hf, inputs: hf(**inputs).last_hidden_state.mean(1))),
 ])
 def test_features_of_a_classifier(tmp_path, name, features):
     # include_top=False on a classifier's directory: the head's input.
@@ -469,7 +525,7 @@ def test_features_of_a_classifier(tmp_path, name, features):
     size = CASES[name][3]
     x = images(size)
     base = getattr(hf, {"deit_teacher": "deit", "dinov2_registers_classifier": "dinov2_with_registers",
-                        "siglip_classifier": "vision_model"}[name])
+                        "siglip_classifier": "vision_model", "siglip2_classifier": "vision_model"}[name])
     with torch.no_grad():
         want = features(base, x).numpy()
     model = keras_vit.from_pretrained(str(directory), include_top=False)
@@ -480,7 +536,8 @@ def test_features_of_a_classifier(tmp_path, name, features):
 # One case per family at another size, and the registers' antialiased resize both ways.
 RESIZED = [("deit_teacher", 44), ("dinov2_swiglu_classifier", 44), ("dinov2", 42),
            ("dinov2_registers", 44), ("dinov2_registers", 24), ("siglip_vision", 40),
-           ("clip_vision_projection", (36, 44)), ("dinov3", (24, 40)), ("dinov3_gated", 21)]
+           ("clip_vision_projection", (36, 44)), ("dinov3", (24, 40)), ("dinov3_gated", 21),
+           ("siglip2_vision", (16, 44)), ("siglip2_classifier", 48), ("siglip2_vision_no_head", (63, 14))]
 
 
 @pytest.mark.parametrize("name,size", RESIZED)
@@ -557,3 +614,47 @@ def test_a_vit_directory_normalises_as_its_image_processor(tmp_path, mean, std, 
     pixels = np.random.default_rng(0).integers(0, 256, size=(1, 32, 32, 3)).astype(np.uint8)
     want = processor(images=list(pixels), return_tensors="np", do_resize=False)["pixel_values"].transpose(0, 2, 3, 1)
     np.testing.assert_allclose(model_inputs(model, pixels), want, atol=1e-5)
+
+
+# --- NaFlex: images of different grids in one padded batch ---
+
+@pytest.mark.parametrize("name", ["siglip2_vision", "siglip2_classifier"])
+def test_a_padded_batch_gives_each_image_its_own_output(tmp_path, name):
+    # Grids 8x8 (the table's), 4x10, 11x3 and 2x2 in one batch. transformers pads the patch
+    # sequence to the longest image's (64 tokens); keras_vit pads the images to 44 x 40 pixels
+    # (110 tokens): different padding, the same result per image, which is each image alone.
+    hf, directory = saved(tmp_path, name, positions=5.0)
+    patch = CASES[name][4]
+    rng = np.random.default_rng(5)
+    x = [rng.normal(size=(h, w, 3)).astype(np.float32) for h, w in ((32, 32), (16, 40), (44, 12), (8, 8))]
+    with torch.no_grad():
+        want = CASES[name][1](hf, x).numpy()
+    model = keras_vit.from_pretrained(str(directory))
+    batch, grids = keras_vit.pad_batch(x, patch)
+    assert batch.shape == (4, 44, 40, 3) and grids.tolist() == [[8, 8], [4, 10], [11, 3], [2, 2]]
+    got = np.asarray(model.call_padded(batch, grids))
+    np.testing.assert_allclose(got, want, atol=1e-4, rtol=0)
+    for row, image in enumerate(x):
+        np.testing.assert_allclose(np.asarray(model(image[None]))[0], got[row], atol=1e-5, rtol=0)
+
+
+def test_naflex_size_is_the_processors_rule():
+    # The PIL processor's copy of the rule (the default processor's module needs torchvision).
+    from transformers.models.siglip2.image_processing_pil_siglip2 import get_image_size_for_max_num_patches
+
+    for height, width in ((480, 640), (1000, 10), (7, 7), (224, 224), (3000, 2000), (16, 17), (333, 1)):
+        for patch, most in ((16, 256), (14, 1024), (16, 64), (4, 9)):
+            assert keras_vit.naflex_size(height, width, patch, most) == \
+                get_image_size_for_max_num_patches(height, width, patch, most), (height, width, patch, most)
+
+
+def test_padding_what_padding_would_change_is_refused_in_one_line(tmp_path):
+    # A table resized by another rule, or rotary positions over the whole grid, cannot be padded.
+    for fields in (dict(position_interpolation="bicubic"), dict(position_embedding="rope")):
+        model = keras_vit.ViT(keras_vit.ViTConfig(4, 24, 40, 3, 1, classifier="gap", **fields), image_size=16,
+                              include_top=False)
+        with pytest.raises(ValueError, match="call_padded cannot run .*Call the model on each image alone") as error:
+            model.call_padded(np.zeros((1, 16, 16, 3), np.float32), np.array([[4, 4]]))
+        assert "\n" not in str(error.value)
+    with pytest.raises(ValueError, match=r"multiples of the patch size 4, got \(6, 8, 3\)"):
+        keras_vit.pad_batch([np.zeros((6, 8, 3))], 4)

@@ -63,6 +63,10 @@ FAMILY_COUNTS = {
     "DINOv3-B/16": 85_668_864,
     "DINOv3-L/16": 303_153_152,
     "SigLIP-B/16": 92_884_224,
+    # Siglip2VisionModel (num_patches=256: these two are built at 256 px, their table's 16 x 16
+    # patches of 16 px), counted 2026-11-27.
+    "SigLIP2-B/16": 92_930_304,
+    "SigLIP2-So400m/16": 427_888_064,
     "CLIP-B/32": 87_849_216,
     "CLIP-B/16": 86_192_640,
     "CLIP-L/14": 303_966_208,
@@ -96,8 +100,8 @@ def every_subclass(cls):
 for initializer in set(every_subclass(keras.initializers.Initializer)):
     initializer.__call__ = zeros
 counts = {}
-for name, include_top in json.loads(sys.argv[1]).items():
-    model = keras_vit.ViT(name, image_size=224, num_classes=1000, include_top=include_top)
+for name, (include_top, image_size) in json.loads(sys.argv[1]).items():
+    model = keras_vit.ViT(name, image_size=image_size, num_classes=1000, include_top=include_top)
     counts[name] = [model.count_params(), canonical_name(model.config), include_top]
     del model
 print("COUNTS", json.dumps(counts))
@@ -110,8 +114,9 @@ def built():
     # Plain ViTs and DeiT with their heads, the other families' towers without.
     include_top = {**{name: True for name in PARAMETER_COUNTS},
                    **{name: name.startswith("DeiT") for name in FAMILY_COUNTS}}
+    jobs = {name: [top, 256 if name.startswith("SigLIP2") else 224] for name, top in include_top.items()}
     env = dict(os.environ, PYTHONPATH=ROOT)
-    done = subprocess.run([sys.executable, "-c", BUILD_ALL, json.dumps(include_top)], cwd=ROOT, env=env, capture_output=True,
+    done = subprocess.run([sys.executable, "-c", BUILD_ALL, json.dumps(jobs)], cwd=ROOT, env=env, capture_output=True,
                           text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     (line,) = [line for line in done.stdout.splitlines() if line.startswith("COUNTS ")]
@@ -143,6 +148,7 @@ def test_b16_with_representation_and_21k_head():
     ("B/16", "B/16"), ("b16", "B/16"), ("ViT-B/16", "B/16"), ("ViT-B_16", "B/16"),
     ("R50+B/16", "R50+B/16"), ("R50+ViT-B_16", "R50+B/16"), ("ti/16", "Ti/16"), ("H/14", "H/14"),
     ("dinov2-reg-s/14", "DINOv2-reg-S/14"), ("DeiT-B/16", "DeiT-B/16"), ("clip-l/14", "CLIP-L/14"),
+    ("siglip2-so400m/16", "SigLIP2-So400m/16"), ("SigLIP-B/16", "SigLIP-B/16"),
 ])
 def test_name_lookup(spelling, expected):
     assert canonical_name(spelling) == expected

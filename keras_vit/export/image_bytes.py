@@ -62,6 +62,22 @@ def load_image(encoded, size, num_channels):
     return tf.round(tf.clip_by_value(pixels, 0.0, 255.0))
 
 
+def load_image_naflex(encoded, patch_size, max_patches, num_channels):
+    """load_image for a NaFlex model (SigLIP2): the image at its own NaFlex size, the largest
+    at its aspect ratio whose grid holds at most `max_patches` patches
+    (keras_vit.model.naflex.naflex_size, the same search in float64 ops), as
+    keras_vit.model.naflex.naflex_pixels gives `keras-vit predict`."""
+    from keras_vit.model.naflex import bisect_size
+
+    image = decode(encoded, num_channels)
+    shape = tf.cast(tf.shape(image)[:2], tf.float64)
+    sides = bisect_size(shape[0], shape[1], patch_size, max_patches, tf.math.ceil, tf.maximum, tf.where,
+                        number=lambda value: tf.constant(value, tf.float64))
+    size = tf.cast(tf.stack(sides), tf.int32)
+    pixels = tf.image.resize(tf.cast(image, tf.float32), size, method="bilinear", antialias=True)
+    return tf.round(tf.clip_by_value(pixels, 0.0, 255.0))
+
+
 def decode(encoded, num_channels):
     """A scalar string of image bytes -> uint8 (H, W, num_channels), as keras_vit.images.decode."""
     data = _as_bytes(encoded)

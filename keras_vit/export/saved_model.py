@@ -9,7 +9,9 @@
 The bytes signature decodes and resizes in the graph to the pixels `keras-vit
 predict` gives the same file (keras_vit.export.image_bytes: EXIF orientation,
 16-bit, palette, alpha, grayscale, resize, rounding), at the model's size (its
-image_size for a dynamic model), then normalises as serving_default.
+image_size for a dynamic model; for a NaFlex model, SigLIP2's, each image at its own
+aspect ratio and the most patches its table holds, keras_vit.model.naflex.naflex_size,
+as `keras-vit predict` reads it), then normalises as serving_default.
 Undecodable bytes, and files it cannot decode as Pillow does, raise
 InvalidArgumentError inside the op: TF Serving answers that request with an
 error and goes on serving.
@@ -45,7 +47,10 @@ def write(model, labels, path, top_k=5):
     from keras_vit.export import image_bytes as bytes_lib
     from keras_vit.export import serving
 
+    from keras_vit.model.naflex import is_naflex, max_patches
+
     check(model)
+    naflex = is_naflex(model)
     height, width, channels = serving.input_size(model)
     served = (None, None) if serving.is_dynamic(model) else (height, width)
     k = min(int(top_k), len(labels))
@@ -62,7 +67,9 @@ def write(model, labels, path, top_k=5):
         default_value="")
 
     def classify(images):
-        probs = serving.probabilities(model, images)  # (B, classes)
+        return outputs_of(serving.probabilities(model, images))  # (B, classes)
+
+    def outputs_of(probs):
         top_probs, top_ids = tf.math.top_k(probs, k=k)  # (B, k) each
         return {
             "probabilities": probs,
@@ -75,9 +82,16 @@ def write(model, labels, path, top_k=5):
         return bytes_lib.load_image(encoded, (height, width), channels)
 
     def classify_bytes(image_bytes):
+        if naflex:  # each image at its own NaFlex size, so each through the model alone
+            return outputs_of(tf.map_fn(classify_naflex, image_bytes,
+                                        fn_output_signature=tf.TensorSpec((int(model.outputs[0].shape[-1]),), tf.float32)))
         images = tf.map_fn(decode, image_bytes,
                            fn_output_signature=tf.TensorSpec((height, width, channels), tf.float32))
         return classify(images)
+
+    def classify_naflex(encoded):
+        image = bytes_lib.load_image_naflex(encoded, model.config.total_stride, max_patches(model), channels)
+        return serving.probabilities(model, image[None])[0]
 
     archive = keras.export.ExportArchive()
     archive.track(model)

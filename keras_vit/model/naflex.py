@@ -31,8 +31,33 @@ from keras_vit.layers.interpolation import triangle_weights
 _SCALE_RANGE, _TOLERANCE = (1e-6, 100.0), 1e-5
 
 
-def _scaled_side(side: int, scale: float, patch_size: int) -> int:
-    return max(patch_size, math.ceil(side * scale / patch_size) * patch_size)
+def _bisection_steps() -> int:
+    """How many halvings take the bracket under the tolerance: always the same count (24),
+    whatever the image, so the search unrolls into a fixed graph (the SavedModel's)."""
+    low, high, steps = *_SCALE_RANGE, 0
+    while high - low >= _TOLERANCE:
+        high, steps = (low + high) / 2, steps + 1
+    return steps
+
+
+_STEPS = _bisection_steps()
+
+
+def bisect_size(height, width, patch_size, max_patches, ceil, maximum, select, number=float):
+    """naflex_size's search on any numbers: Python floats, or float64 tensors with the
+    tensor library's `ceil`, `maximum`, `select(condition, a, b)` and `number` (a constant
+    of its float64) (keras_vit.export's bytes signature). Returns the sides in pixels."""
+    patch_size, max_patches = number(patch_size), number(max_patches)
+
+    def side(size, scale):
+        return maximum(ceil(size * scale / patch_size) * patch_size, patch_size)
+
+    low, high = (number(bound) for bound in _SCALE_RANGE)
+    for _ in range(_STEPS):
+        scale = (low + high) / 2
+        fits = (side(height, scale) / patch_size) * (side(width, scale) / patch_size) <= max_patches
+        low, high = select(fits, scale, low), select(fits, high, scale)
+    return side(height, low), side(width, low)
 
 
 def naflex_size(height: int, width: int, patch_size: int, max_patches: int) -> Tuple[int, int]:
@@ -42,16 +67,23 @@ def naflex_size(height: int, width: int, patch_size: int, max_patches: int) -> T
     if min(height, width, patch_size, max_patches) < 1:
         raise UserError(f"naflex_size needs positive sizes, got {height}x{width} pixels, patch {patch_size}, "
                         f"max_patches {max_patches}.")
-    low, high = _SCALE_RANGE
-    while high - low >= _TOLERANCE:
-        scale = (low + high) / 2
-        rows = _scaled_side(height, scale, patch_size) // patch_size
-        cols = _scaled_side(width, scale, patch_size) // patch_size
-        if rows * cols <= max_patches:
-            low = scale
-        else:
-            high = scale
-    return _scaled_side(height, low, patch_size), _scaled_side(width, low, patch_size)
+    rows, cols = bisect_size(height, width, patch_size, max_patches, math.ceil, max,
+                             lambda condition, a, b: a if condition else b)
+    return int(rows), int(cols)
+
+
+def is_naflex(model) -> bool:
+    """Whether `model` takes each image at its own grid as SigLIP2's NaFlex does: a dynamic
+    model whose learned table each grid resizes by the antialiased bilinear rule."""
+    config = model.config
+    return bool(getattr(model, "dynamic_image_size", False) and config.position_embedding == "learned_1d"
+                and config.position_interpolation == "bilinear_antialias")
+
+
+def max_patches(model) -> int:
+    """The most patches a NaFlex model takes per image: its table's (the checkpoint's num_patches)."""
+    rows, cols = model.grid_size
+    return rows * cols
 
 
 def pad_batch(images: Sequence[np.ndarray], patch_size: int) -> Tuple[np.ndarray, np.ndarray]:
@@ -154,3 +186,25 @@ def call_padded(model, images, grids, training=False):
     tokens = model.encoder(tokens, training=training, attention_mask=mask)
     return read_out(tokens, model, attention_mask=mask)
 
+
+
+def naflex_pixels(pixels: np.ndarray, model) -> np.ndarray:
+    """One decoded image (H, W, C) 0..255 at its NaFlex size for `model` (bilinear, antialiased,
+    rounded to whole pixels, as every image keras_vit reads): float32 (h, w, C)."""
+    from keras_vit import images as images_lib
+
+    size = naflex_size(pixels.shape[0], pixels.shape[1], model.config.total_stride, max_patches(model))
+    return np.round(np.clip(images_lib.resize(pixels, size), 0, 255)).astype(np.float32)
+
+
+def outputs_naflex(model, pixels: Sequence[np.ndarray], batch_size: int = 32) -> np.ndarray:
+    """The model's outputs for images 0..255 of any sizes (each (h, w, C) at its NaFlex size),
+    run in padded batches: (B, ...) as numpy."""
+    from keras_vit.images import model_inputs
+
+    outputs = []
+    for start in range(0, len(pixels), batch_size):
+        chunk = [np.asarray(model_inputs(model, image[None]))[0] for image in pixels[start:start + batch_size]]
+        batch, grids = pad_batch(chunk, model.config.total_stride)
+        outputs.append(np.asarray(call_padded(model, batch, grids), np.float32))
+    return np.concatenate(outputs)
