@@ -12,9 +12,12 @@ from typing import Optional, Tuple
 from keras_vit.errors import UserError
 
 # How one vector per image is read out of the encoded tokens (keras_vit.layers.pooling):
-# the class token; the mean of the tokens; SigLIP's attention-pooling (MAP) head; or
-# DINOv2's classifier input, the class token next to the mean of the patch tokens (2 * D).
-CLASSIFIERS = ("token", "gap", "map", "token_gap")
+# the class token; the mean of the tokens; SigLIP's attention-pooling (MAP) head; DINOv2's
+# classifier input, the class token next to the mean of the patch tokens (2 * D); or AIMv2's
+# attention pooling (keras_vit.layers.AttentionPoolingHead: a query, key/value, one projection).
+CLASSIFIERS = ("token", "gap", "map", "token_gap", "attention_pool")
+# The kind of every norm in the model: LayerNorm, or AIMv2's RMSNorm (keras_vit.layers.normalization).
+NORMS = ("layer_norm", "rms_norm")
 # The MLP of every block: GELU (tanh or exact, by gelu_approximate), CLIP's
 # x * sigmoid(1.702 x), or DINOv2's gated SiLU unit.
 MLP_ACTIVATIONS = ("gelu", "quick_gelu", "swiglu")
@@ -30,10 +33,11 @@ PIXEL_NORMALIZATIONS = ("minus_one_to_one", "imagenet", "clip")
 # fixed sin-cos table of MAE / big_vision, DINOv3's rotary embedding). Only
 # "learned_1d" fits the official checkpoint layout; the others are saved as
 # `.keras` files (and "rope" read from DINOv3 checkpoints).
-# The projections of an encoder block LoRA can adapt ("mlp": both MLP layers), and the default:
-# the LoRA paper's (Sec. 7.1: W_q and W_v) and peft's image-classification guide's for ViT
-# (target_modules=["query", "value"]).
-LORA_TARGETS = ("query", "key", "value", "out", "mlp")
+# An encoder block's projections ("mlp": both MLP layers): what ViTConfig.projection_biases
+# names, and what LoRA can adapt, with its default: the LoRA paper's (Sec. 7.1: W_q and W_v)
+# and peft's image-classification guide's for ViT (target_modules=["query", "value"]).
+PROJECTIONS = ("query", "key", "value", "out", "mlp")
+LORA_TARGETS = PROJECTIONS
 DEFAULT_LORA_TARGETS = ("query", "value")
 # Integer projections in the encoder blocks (keras_vit.layers.quantization): Keras' own int8
 # (per-channel weights, per-token activations) and int4 (weights only, groups of 128 input
@@ -171,6 +175,14 @@ class ViTConfig:
             encoder blocks' projections hold their weights in that form
             (keras_vit.quantize makes such a model from a float one); the
             rest (patch embedding, tokens, norms, heads) stays float.
+        norm: "layer_norm" (every family but one) or "rms_norm" (AIMv2):
+            the kind of every norm of the model (blocks, final, pre-norm,
+            pooled, patch norm), each with layer_norm_epsilon.
+        patch_norm: a norm on the patch tokens right after the patch
+            embedding, before the positions (AIMv2).
+        projection_biases: the block projections among PROJECTIONS
+            ("query", "key", "value", "out", "mlp") that have a bias: all
+            (default), none in AIMv2 (qkv_bias=False, mlp_bias=False).
     """
 
     patch_size: int
@@ -204,6 +216,9 @@ class ViTConfig:
     lora_alpha: Optional[float] = None
     lora_targets: Tuple[str, ...] = DEFAULT_LORA_TARGETS
     quantization: Optional[str] = None
+    norm: str = "layer_norm"
+    patch_norm: bool = False
+    projection_biases: Tuple[str, ...] = PROJECTIONS
 
     def __post_init__(self):
         if isinstance(self.resnet, dict):
@@ -242,6 +257,11 @@ class ViTConfig:
             raise UserError(f"quantization must be None or one of {', '.join(QUANTIZATION_MODES)}, got "
                             f"{self.quantization!r}.")
         self._check_family_fields()
+        biases = lora_targets(self.projection_biases)  # a sequence of names, or one string of them
+        if set(biases) - set(PROJECTIONS):
+            raise UserError(f"projection_biases {list(biases)} names unknown projections: choose among "
+                            f"{', '.join(PROJECTIONS)}.")
+        object.__setattr__(self, "projection_biases", tuple(p for p in PROJECTIONS if p in biases))
         object.__setattr__(self, "layer_norm_epsilon", float(self.layer_norm_epsilon))
         object.__setattr__(self, "gelu_approximate", bool(self.gelu_approximate))
 
@@ -293,13 +313,13 @@ class ViTConfig:
     def _check_family_fields(self):
         for field, allowed in (("mlp_activation", MLP_ACTIVATIONS), ("final_norm", FINAL_NORMS),
                                ("position_interpolation", POSITION_INTERPOLATIONS),
-                               ("pixel_normalization", PIXEL_NORMALIZATIONS)):
+                               ("pixel_normalization", PIXEL_NORMALIZATIONS), ("norm", NORMS)):
             if getattr(self, field) not in allowed:
                 raise UserError(f"ViTConfig.{field} must be one of {allowed}, got {getattr(self, field)!r}.")
         if int(self.num_register_tokens) < 0:
             raise UserError(f"ViTConfig.num_register_tokens must be >= 0, got {self.num_register_tokens!r}.")
         object.__setattr__(self, "num_register_tokens", int(self.num_register_tokens))
-        for field in ("distillation_token", "distillation_head", "pre_norm", "patch_bias"):
+        for field in ("distillation_token", "distillation_head", "pre_norm", "patch_bias", "patch_norm"):
             object.__setattr__(self, field, bool(getattr(self, field)))
         if self.distillation_head and not self.distillation_token:
             raise UserError("distillation_head=True reads the distillation token: also set distillation_token=True.")
@@ -350,6 +370,7 @@ class ViTConfig:
         if self.resnet is not None:
             d["resnet"]["num_layers"] = list(self.resnet.num_layers)
         d["lora_targets"] = list(self.lora_targets)
+        d["projection_biases"] = list(self.projection_biases)
         return d
 
     @classmethod

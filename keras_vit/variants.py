@@ -26,6 +26,8 @@ _SIZES = {
     "H": (1280, 32, 16, 5120),
     # SigLIP's shape-optimised 400M (Alabdulmohsin et al. 2023), SigLIP2's largest NaFlex tower
     "So400m": (1152, 27, 16, 4304),
+    # AIMv2's large tower (apple/aimv2-large-patch14-224): L's width and depth, 8 heads, a gated MLP of 2816
+    "AIMv2-L": (1024, 24, 8, 2816),
     "Mu": (128, 4, 4, 256),  # micro: the CPU demo (MNIST), not from the paper
     # nano: one block, a run of a few steps in seconds, to try a command, data or recipe before
     # the real run (and the suite's command-line tests); not from the paper, learns little
@@ -48,6 +50,11 @@ _FAMILIES = {
     # NaFlex: the table (16 x 16 in the published towers: build at 256 px for 16 px patches) is
     # resized to each image's own grid (keras_vit.model.naflex).
     "SigLIP2": dict(classifier="map", position_interpolation="bilinear_antialias"),
+    # RMSNorm everywhere (and after the patch embedding), a gated MLP, no projection biases, its own
+    # attention pooling; the pixels of CLIP.
+    "AIMv2": dict(classifier="attention_pool", norm="rms_norm", patch_norm=True, mlp_activation="swiglu",
+                  projection_biases=(), layer_norm_epsilon=1e-5, gelu_approximate=False,
+                  position_interpolation="bicubic", pixel_normalization="clip"),
     "CLIP": dict(pre_norm=True, final_norm="pooled", patch_bias=False, mlp_activation="quick_gelu",
                  layer_norm_epsilon=1e-5, position_interpolation="bicubic", pixel_normalization="clip"),
 }
@@ -103,6 +110,8 @@ VARIANTS: Dict[str, ViTConfig] = {
     # SigLIP2's NaFlex towers (google/siglip2-base-patch16-naflex, google/siglip2-so400m-patch16-naflex).
     "SigLIP2-B/16": _vit("B", 16, family="SigLIP2"),
     "SigLIP2-So400m/16": _vit("So400m", 16, family="SigLIP2"),
+    # AIMv2's large image tower (apple/aimv2-large-patch14-224; -native: position_embedding="sincos_2d").
+    "AIMv2-L/14": _vit("AIMv2-L", 14, family="AIMv2"),
     "CLIP-B/32": _vit("B", 32, family="CLIP", projection_size=512),
     "CLIP-B/16": _vit("B", 16, family="CLIP", projection_size=512),
     "CLIP-L/14": _vit("L", 14, family="CLIP", projection_size=768),
@@ -166,7 +175,8 @@ def _architecture(config: ViTConfig):
             config.resnet, config.distillation_token, config.num_register_tokens,
             config.layer_scale_init is not None, config.mlp_activation, config.pre_norm, config.final_norm,
             config.classifier == "map", config.position_embedding == "rope",
-            config.position_interpolation == "bilinear_antialias")  # SigLIP2's NaFlex table
+            config.position_interpolation == "bilinear_antialias",  # SigLIP2's NaFlex table
+            config.classifier == "attention_pool", config.norm, config.patch_norm)
 
 
 def list_variants() -> List[str]:

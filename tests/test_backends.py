@@ -32,7 +32,7 @@ CASES = {
 # One transformers checkpoint per family, each with another size to resize to.
 FAMILY_CASES = {"deit_teacher": 44, "dinov2_swiglu_classifier": 44, "dinov2_registers": 24,
                 "siglip_vision": 40, "clip_vision_projection": (36, 44), "metaclip_2": 40,
-                "dinov3": (24, 40), "siglip2_vision": (16, 44)}
+                "dinov3": (24, 40), "siglip2_vision": (16, 44), "aimv2": (24, 40)}
 
 
 @pytest.fixture(scope="module")

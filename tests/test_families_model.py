@@ -30,6 +30,10 @@ FAMILIES = {
     "clip": dict(pre_norm=True, final_norm="pooled", patch_bias=False, mlp_activation="quick_gelu",
                  layer_norm_epsilon=1e-5, projection_size=20, pixel_normalization="clip",
                  position_interpolation="bicubic"),
+    # AIMv2: RMSNorm everywhere (and after the patch embedding), gated MLP, no projection biases,
+    # its attention pooling, 2-D sin-cos positions (the native towers).
+    "aimv2": dict(classifier="attention_pool", norm="rms_norm", patch_norm=True, mlp_activation="swiglu",
+                  projection_biases=(), position_embedding="sincos_2d", pixel_normalization="clip"),
     # DINOv3: rotary positions instead of a table (head width 8), registers, LayerScale.
     "dinov3": dict(position_embedding="rope", num_register_tokens=2, layer_scale_init=0.5, gelu_approximate=False,
                    layer_norm_epsilon=1e-5, pixel_normalization="imagenet"),

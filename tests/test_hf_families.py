@@ -1,6 +1,6 @@
 """ViT's relatives in HF transformers (DeiT, DINOv2 with and without
-registers, DINOv3, the SigLIP, SigLIP2 (NaFlex), CLIP and MetaCLIP 2 vision towers) against
-transformers itself:
+registers, DINOv3, the SigLIP, SigLIP2 (NaFlex), AIMv2, CLIP and MetaCLIP 2 vision towers)
+against transformers itself:
 small random models with odd sizes (48 wide, 3 heads, MLP 80, 5 classes),
 every weight perturbed (LayerNorms, LayerScale, tokens and position tables
 included), written by their own save_pretrained, load with
@@ -184,6 +184,23 @@ CASES = {
             vision_config=siglip2_vision(patch_size=4, num_patches=64).to_dict(), text_config=SIGLIP2_TEXT,
             **labelled())),
         naflex(4, lambda hf, inputs: hf(**inputs).logits), True, 32, 4),
+    # AIMv2: RMSNorm (after the patch embedding too), gated MLP, no projection biases, its own
+    # attention pooling; the native tower computes 2-D sin-cos positions for each grid.
+    "aimv2_vision": (
+        lambda: transformers.Aimv2VisionModel(transformers.Aimv2VisionConfig(**small(intermediate_size=MLP))),
+        attribute("pooler_output"), False, 32, 4),
+    "aimv2_native_biases": (
+        lambda: transformers.Aimv2VisionModel(transformers.Aimv2VisionConfig(
+            **small(28, 7, intermediate_size=MLP), is_native=True, qkv_bias=True, mlp_bias=True)),
+        attribute("pooler_output"), True, 28, 7),
+    "aimv2_vision_no_head": (
+        lambda: transformers.Aimv2VisionModel(transformers.Aimv2VisionConfig(**small(28, 7, intermediate_size=MLP),
+                                                                             use_head=False)),
+        mean_of("last_hidden_state"), False, 28, 7),
+    "aimv2": (
+        lambda: transformers.Aimv2Model(transformers.Aimv2Config(
+            vision_config=small(intermediate_size=MLP, is_native=True), text_config=TEXT, projection_dim=24)),
+        lambda hf, x, **kw: hf.get_image_features(pixel_values=pixels(x)).pooler_output, True, 32, 4),
     # MetaCLIP 2: CLIP's architecture under transformers' MetaClip2 classes and model_types.
     "metaclip_2_vision_projection": (
         lambda: transformers.MetaClip2VisionModelWithProjection(
@@ -230,6 +247,13 @@ FIELDS = {
     "siglip2_vision_no_head": dict(classifier="gap", patch_size=7),
     "siglip2": dict(classifier="map"),
     "siglip2_classifier": dict(classifier="gap"),
+    "aimv2_vision": dict(classifier="attention_pool", norm="rms_norm", patch_norm=True, mlp_activation="swiglu",
+                         projection_biases=(), layer_norm_epsilon=1e-5, position_embedding="learned_1d",
+                         pixel_normalization="clip", projection_size=None),
+    "aimv2_native_biases": dict(position_embedding="sincos_2d", projection_biases=("query", "key", "value", "out",
+                                                                                   "mlp"), patch_size=7),
+    "aimv2_vision_no_head": dict(classifier="gap", norm="rms_norm", patch_size=7),
+    "aimv2": dict(classifier="attention_pool", position_embedding="sincos_2d", projection_size=24),
     "clip_vision": dict(classifier="token", mlp_activation="quick_gelu", layer_norm_epsilon=1e-5, pre_norm=True,
                         patch_bias=False, final_norm="pooled", projection_size=None,
                         position_interpolation="bicubic", pixel_normalization="clip"),
@@ -269,8 +293,10 @@ def expected_shapes(c, grid, num_classes):
     classifier = c.classifier
     positioned = int(classifier in ("token", "token_gap")) + int(c.distillation_token)
     shapes = {"embedding/kernel": (p, p, 3, D)}
-    if c.position_embedding != "rope":
+    if c.position_embedding not in ("rope", "sincos_2d"):
         shapes[POSEMB_KEY] = (1, positioned + grid, D)
+    if c.patch_norm:
+        shapes["embedding_norm/scale"] = (D,)
     if c.patch_bias:
         shapes["embedding/bias"] = (D,)
     if classifier in ("token", "token_gap"):
@@ -282,24 +308,40 @@ def expected_shapes(c, grid, num_classes):
     if c.pre_norm:
         shapes.update({"pre_norm/scale": (D,), "pre_norm/bias": (D,)})
 
-    def attention(a):
+    def attention(a, biases=("query", "key", "value", "out")):
         for part in ("query", "key", "value"):
-            shapes[a + part + "/kernel"], shapes[a + part + "/bias"] = (D, HEADS, head_dim), (HEADS, head_dim)
-        shapes[a + "out/kernel"], shapes[a + "out/bias"] = (HEADS, head_dim, D), (D,)
+            shapes[a + part + "/kernel"] = (D, HEADS, head_dim)
+            if part in biases:
+                shapes[a + part + "/bias"] = (HEADS, head_dim)
+        shapes[a + "out/kernel"] = (HEADS, head_dim, D)
+        if "out" in biases:
+            shapes[a + "out/bias"] = (D,)
+
+    def norm_shapes(name):
+        shapes[name + "/scale"] = (D,)
+        if c.norm == "layer_norm":  # RMSNorm has no bias
+            shapes[name + "/bias"] = (D,)
 
     gated = 2 if c.mlp_activation == "swiglu" else 1
     for i in range(LAYERS):
         o = f"Transformer/encoderblock_{i}/"
-        attention(o + "MultiHeadDotProductAttention_1/")
+        attention(o + "MultiHeadDotProductAttention_1/", c.projection_biases)
         for norm in ("LayerNorm_0", "LayerNorm_2"):
-            shapes[o + norm + "/scale"] = shapes[o + norm + "/bias"] = (D,)
+            norm_shapes(o + norm)
         shapes[o + "MlpBlock_3/Dense_0/kernel"] = (D, gated * mlp)
-        shapes[o + "MlpBlock_3/Dense_0/bias"] = (gated * mlp,)
-        shapes[o + "MlpBlock_3/Dense_1/kernel"], shapes[o + "MlpBlock_3/Dense_1/bias"] = (mlp, D), (D,)
+        shapes[o + "MlpBlock_3/Dense_1/kernel"] = (mlp, D)
+        if "mlp" in c.projection_biases:
+            shapes[o + "MlpBlock_3/Dense_0/bias"], shapes[o + "MlpBlock_3/Dense_1/bias"] = (gated * mlp,), (D,)
         if c.layer_scale_init is not None:
             shapes[o + "ls1/scale"] = shapes[o + "ls2/scale"] = (D,)
-    norm = "pooled_norm" if c.final_norm == "pooled" else "Transformer/encoder_norm"
-    shapes[norm + "/scale"] = shapes[norm + "/bias"] = (D,)
+    norm_shapes("pooled_norm" if c.final_norm == "pooled" else "Transformer/encoder_norm")
+    if classifier == "attention_pool":
+        shapes["AttentionPool_0/probe"] = (1, 1, D)
+        for part in ("key", "value"):
+            shapes[f"AttentionPool_0/{part}/kernel"] = (D, HEADS, head_dim)
+            if "key" in c.projection_biases:
+                shapes[f"AttentionPool_0/{part}/bias"] = (HEADS, head_dim)
+        shapes["AttentionPool_0/out/kernel"], shapes["AttentionPool_0/out/bias"] = (D, D), (D,)
     if classifier == "map":
         shapes["MAPHead_0/probe"] = (1, 1, D)
         attention("MAPHead_0/MultiHeadDotProductAttention_0/")
@@ -437,6 +479,7 @@ def test_defaults_are_transformers(tmp_path):
                              (transformers.Dinov2WithRegistersConfig(), hf_families._DINOV2_REGISTERS_DEFAULTS),
                              (transformers.SiglipVisionConfig(), hf_families._SIGLIP_DEFAULTS),
                              (transformers.Siglip2VisionConfig(), hf_families._SIGLIP2_DEFAULTS),
+                             (transformers.Aimv2VisionConfig(), hf_families._AIMV2_DEFAULTS),
                              (transformers.CLIPVisionConfig(), hf_families._CLIP_DEFAULTS),
                              (transformers.MetaClip2VisionConfig(), hf_families._CLIP_DEFAULTS),
                              (transformers.DINOv3ViTConfig(), hf_families._DINOV3_DEFAULTS)):
@@ -537,7 +580,8 @@ def test_features_of_a_classifier(tmp_path, name, features):
 RESIZED = [("deit_teacher", 44), ("dinov2_swiglu_classifier", 44), ("dinov2", 42),
            ("dinov2_registers", 44), ("dinov2_registers", 24), ("siglip_vision", 40),
            ("clip_vision_projection", (36, 44)), ("dinov3", (24, 40)), ("dinov3_gated", 21),
-           ("siglip2_vision", (16, 44)), ("siglip2_classifier", 48), ("siglip2_vision_no_head", (63, 14))]
+           ("siglip2_vision", (16, 44)), ("siglip2_classifier", 48), ("siglip2_vision_no_head", (63, 14)),
+           ("aimv2_native_biases", (21, 42))]
 
 
 @pytest.mark.parametrize("name,size", RESIZED)

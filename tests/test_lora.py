@@ -63,7 +63,7 @@ def test_a_new_update_starts_at_zero_with_peft_s_uniform_a():
     assert np.abs(a).max() <= 1 / 8 and a.std() > 0.05  # uniform in +-1/sqrt(64), as peft's kaiming_uniform(a=5**.5)
 
 
-@pytest.mark.parametrize("family", ["vit", "deit", "siglip", "clip", "dinov2_reg_swiglu", "dinov3"])
+@pytest.mark.parametrize("family", ["vit", "deit", "siglip", "clip", "dinov2_reg_swiglu", "dinov3", "aimv2"])
 def test_a_lora_model_starts_as_its_base_and_trains_only_updates_and_heads(family):
     base = perturbed(keras_vit.ViT(keras_vit.ViTConfig(**BASE, **FAMILIES[family]), image_size=16, num_classes=5))
     adapted = _with_lora(base, rank=2, targets=ALL)
@@ -73,7 +73,7 @@ def test_a_lora_model_starts_as_its_base_and_trains_only_updates_and_heads(famil
     expected = {k for k in keys.values() if is_lora_key(k) or part_of(k).group == CLASSIFIER}
     assert trainable == expected  # DeiT: both heads; SigLIP's MAP head, CLIP's projection: frozen
     # 3 blocks x (4 attention projections 24x24 + the MLP's 24x40 and 40x24 (80 gated)), rank 2
-    mlp_out = 80 if family == "dinov2_reg_swiglu" else 40
+    mlp_out = 80 if family in ("dinov2_reg_swiglu", "aimv2") else 40  # gated: twice the width
     updates = 3 * (4 * 2 * (24 + 24) + 2 * (24 + mlp_out) + 2 * (40 + 24))
     heads = (2 if family == "deit" else 1) * ((20 if family == "clip" else 24) * 5 + 5)
     assert parameter_counts(adapted) == {"trainable": updates + heads,

@@ -22,11 +22,11 @@ from keras_vit.weights.layout import variables_by_key
 # (regular expressions over official keys -> group; "block" keys carry their index).
 EXPECTED = [
     (r"embedding/(kernel|bias)", "stem"), (r"cls", "stem"), (r"dist_token", "stem"), (r"reg_tokens", "stem"),
-    (r"pre_norm/(scale|bias)", "stem"), (r"Transformer/posembed_input/\w+", "stem"),
+    (r"pre_norm/(scale|bias)", "stem"), (r"Transformer/posembed_input/\w+", "stem"), (r"embedding_norm/scale", "stem"),
     (r"(conv_root/kernel|gn_root/(scale|bias))", "stem"), (r"block\d/unit\d/\w+/\w+", "stem"),
     (r"Transformer/encoderblock_(\d+)/.+", "block"),
     (r"Transformer/encoder_norm/(scale|bias)", "final_norm"),
-    (r"MAPHead_0/.+", "readout"), (r"pooled_norm/(scale|bias)", "readout"), (r"projection/kernel", "readout"),
+    (r"MAPHead_0/.+", "readout"), (r"AttentionPool_0/.+", "readout"), (r"pooled_norm/(scale|bias)", "readout"), (r"projection/kernel", "readout"),
     (r"pre_logits/(kernel|bias)", "readout"),
     (r"head/(kernel|bias)", "classifier"), (r"head_dist/(kernel|bias)", "classifier"),
 ]
@@ -42,6 +42,9 @@ FAMILIES = {
     "clip": dict(pre_norm=True, final_norm="pooled", patch_bias=False, projection_size=12),
     "relative": dict(position_embedding="relative"),
     "dinov3": dict(position_embedding="rope", num_register_tokens=2, layer_scale_init=1.0),  # no position weights
+    # AIMv2: a patch norm in the stem, its attention pooling in the read-out, RMSNorms, no biases.
+    "aimv2": dict(classifier="attention_pool", norm="rms_norm", patch_norm=True, mlp_activation="swiglu",
+                  projection_biases=(), position_embedding="sincos_2d"),
     "hybrid": dict(patch_size=1, resnet=keras_vit.ResNetConfig(num_layers=(1, 1))),
 }
 

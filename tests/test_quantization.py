@@ -48,7 +48,7 @@ def test_int8_kernels_are_per_channel_abs_max_of_the_float_kernels():
 # a per-layer dtype policy and the family the structure around it, so the product adds no check.
 CASES = [("vit", "int8", None), ("deit", "int4", None), ("siglip", "int8", None), ("clip", "int4", None),
          ("dinov2_reg_swiglu", "int4", None), ("dinov3", "int8", None), ("vit_gap_repr", "int4", None),
-         ("dinov2", "int8", "mixed_bfloat16")]
+         ("dinov2", "int8", "mixed_bfloat16"), ("aimv2", "int8", None)]  # AIMv2: projections without biases
 
 
 def _rounding_bound(kernel, axes, mode):

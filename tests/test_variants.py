@@ -67,6 +67,7 @@ FAMILY_COUNTS = {
     # patches of 16 px), counted 2026-11-27.
     "SigLIP2-B/16": 92_930_304,
     "SigLIP2-So400m/16": 427_888_064,
+    "AIMv2-L/14": 312_345_600,  # Aimv2VisionModel (transformers' default config), counted 2026-11-27
     "CLIP-B/32": 87_849_216,
     "CLIP-B/16": 86_192_640,
     "CLIP-L/14": 303_966_208,
@@ -148,7 +149,7 @@ def test_b16_with_representation_and_21k_head():
     ("B/16", "B/16"), ("b16", "B/16"), ("ViT-B/16", "B/16"), ("ViT-B_16", "B/16"),
     ("R50+B/16", "R50+B/16"), ("R50+ViT-B_16", "R50+B/16"), ("ti/16", "Ti/16"), ("H/14", "H/14"),
     ("dinov2-reg-s/14", "DINOv2-reg-S/14"), ("DeiT-B/16", "DeiT-B/16"), ("clip-l/14", "CLIP-L/14"),
-    ("siglip2-so400m/16", "SigLIP2-So400m/16"), ("SigLIP-B/16", "SigLIP-B/16"),
+    ("siglip2-so400m/16", "SigLIP2-So400m/16"), ("SigLIP-B/16", "SigLIP-B/16"), ("aimv2-l/14", "AIMv2-L/14"),
 ])
 def test_name_lookup(spelling, expected):
     assert canonical_name(spelling) == expected

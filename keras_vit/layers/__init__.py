@@ -5,11 +5,12 @@ from keras_vit.layers.class_token import ClassToken
 from keras_vit.layers.encoder import Encoder
 from keras_vit.layers.feature_map import TokensToMap
 from keras_vit.layers.grid_resize import PadToMultiple
-from keras_vit.layers.heads import DistillationHead, MAPHead
+from keras_vit.layers.heads import AttentionPoolingHead, DistillationHead, MAPHead
 from keras_vit.layers.layer_scale import LayerScale
 from keras_vit.layers.lora import DEFAULT_LORA_TARGETS, LORA_TARGETS, LowRankUpdate
 from keras_vit.layers.encoder_block import LAYER_NORM_EPSILON, EncoderBlock
 from keras_vit.layers.mlp import MlpBlock
+from keras_vit.layers.normalization import NORMS, RMSNorm, make_norm
 from keras_vit.layers.patch_corruption import PatchCorruption
 from keras_vit.layers.patch_dropout import PatchDropout
 from keras_vit.layers.patch_embedding import PatchEmbedding
@@ -25,6 +26,10 @@ from keras_vit.layers.stochastic_depth import StochasticDepth
 from keras_vit.layers.tokens import InsertTokens
 
 __all__ = [
+    "AttentionPoolingHead",
+    "NORMS",
+    "RMSNorm",
+    "make_norm",
     "PatchDropout",
     "BottleneckUnit",
     "ClassToken",

@@ -13,6 +13,9 @@ from keras_vit.layers.rotary import rotate
 from keras_vit.layers.stochastic_depth import seed_generators_of
 
 
+ATTENTION_PROJECTIONS = ("query", "key", "value", "out")
+
+
 def key_mask(attention_mask):
     """(B, N) real-token flags -> the (B, 1, 1, N) boolean mask of the keys every query may see."""
     return ops.cast(attention_mask, "bool")[:, None, None, :]
@@ -55,6 +58,8 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         (LoRA fine-tuning, keras_vit.model.lora); None: none.
     quantization: "int8" or "int4": the four projections are
         built quantised (keras_vit.layers.quantization); None: float.
+    biases: which of query, key, value and out have a bias (all by
+        default; AIMv2's none).
 
     `call(x, attention_mask=m)`: m (B, N) is True where a token is real and
     False where it is padding (a NaFlex batch, keras_vit.model.naflex): no
@@ -69,8 +74,9 @@ class MultiHeadSelfAttention(keras.layers.Layer):
     """
 
     def __init__(self, num_heads, attention_dropout_rate=0.0, relative_position_grid=None, num_prefix_tokens=0,
-                 lora=None, quantization=None, **kwargs):
+                 lora=None, quantization=None, biases=ATTENTION_PROJECTIONS, **kwargs):
         super().__init__(**kwargs)
+        self.biases = tuple(name for name in ATTENTION_PROJECTIONS if name in biases)
         self.lora = check_lora(lora)
         self.quantization = quantization or None
         self.query_lora = self.key_lora = self.value_lora = self.out_lora = None  # LowRankUpdates, set in build
@@ -95,7 +101,7 @@ class MultiHeadSelfAttention(keras.layers.Layer):
             layer = keras.layers.EinsumDense(
                 "btd,dhk->bthk",
                 output_shape=(None, self.num_heads, self.head_dim),
-                bias_axes="hk",
+                bias_axes="hk" if name in self.biases else None,
                 kernel_initializer="glorot_uniform",
                 name=name,
                 dtype=projection_policy(self.dtype_policy, self.quantization),
@@ -109,7 +115,7 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         self.out = keras.layers.EinsumDense(
             "bthk,hkd->btd",
             output_shape=(None, hidden_size),
-            bias_axes="d",
+            bias_axes="d" if "out" in self.biases else None,
             kernel_initializer="glorot_uniform",
             name="out",
             dtype=projection_policy(self.dtype_policy, self.quantization),
@@ -174,4 +180,5 @@ class MultiHeadSelfAttention(keras.layers.Layer):
             "num_prefix_tokens": self.num_prefix_tokens,
             **({"lora": self.lora} if self.lora else {}),  # only when set: older files lack the key
             **({"quantization": self.quantization} if self.quantization else {}),
+            **({"biases": list(self.biases)} if self.biases != ATTENTION_PROJECTIONS else {}),
         }

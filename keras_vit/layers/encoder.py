@@ -3,7 +3,9 @@
 import keras
 
 from keras_vit.layers.encoder_block import LAYER_NORM_EPSILON, EncoderBlock, _family_config
+from keras_vit.config import PROJECTIONS
 from keras_vit.layers.lora import check_lora
+from keras_vit.layers.normalization import make_norm
 from keras_vit.layers.position_embedding_2d import grid_tuple
 
 
@@ -32,13 +34,20 @@ class Encoder(keras.layers.Layer):
 
     quantization: "int8" or "int4": every block's projections are
     quantised (EncoderBlock); None: float.
+
+    norm: "layer_norm" or "rms_norm" (AIMv2): every norm's kind.
+
+    projection_biases: the block projections that have a bias (EncoderBlock).
     """
 
     def __init__(self, num_layers, num_heads, mlp_dim, dropout_rate=0.0, attention_dropout_rate=0.0,
                  stochastic_depth_rate=0.0, layer_norm_epsilon=LAYER_NORM_EPSILON, gelu_approximate=True,
                  relative_position_grid=None, num_prefix_tokens=0, layer_scale_init=None, mlp_activation="gelu",
-                 final_norm=True, lora=None, quantization=None, **kwargs):
+                 final_norm=True, lora=None, quantization=None, norm="layer_norm", projection_biases=PROJECTIONS,
+                 **kwargs):
         super().__init__(**kwargs)
+        self.norm = norm
+        self.projection_biases = tuple(name for name in PROJECTIONS if name in projection_biases)
         self.lora = check_lora(lora)
         self.quantization = quantization or None
         self.layer_scale_init = None if layer_scale_init is None else float(layer_scale_init)
@@ -69,13 +78,15 @@ class Encoder(keras.layers.Layer):
                 self.mlp_activation,
                 lora=self.lora,
                 quantization=self.quantization,
+                norm=self.norm,
+                projection_biases=self.projection_biases,
                 name=f"encoderblock_{i}",
                 dtype=self.dtype_policy,
             )
             for i in range(self.num_layers)
         ]
-        self.encoder_norm = keras.layers.LayerNormalization(
-            epsilon=self.layer_norm_epsilon, name="encoder_norm", dtype=self.dtype_policy) if self.final_norm else None
+        self.encoder_norm = make_norm(self.norm, self.layer_norm_epsilon, "encoder_norm",
+                                      self.dtype_policy) if self.final_norm else None
 
     def build(self, input_shape):
         for block in self.blocks:

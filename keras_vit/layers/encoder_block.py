@@ -4,8 +4,10 @@ import keras
 
 from keras_vit.layers.attention import MultiHeadSelfAttention
 from keras_vit.layers.layer_scale import LayerScale
+from keras_vit.config import PROJECTIONS
 from keras_vit.layers.lora import check_lora
 from keras_vit.layers.mlp import MlpBlock
+from keras_vit.layers.normalization import make_norm
 from keras_vit.layers.position_embedding_2d import grid_tuple
 from keras_vit.layers.stochastic_depth import StochasticDepth, seed_generators_of
 
@@ -36,13 +38,18 @@ class EncoderBlock(keras.layers.Layer):
             projections (MultiHeadSelfAttention, MlpBlock); None: none.
         quantization: "int8" or "int4": the attention's and the
             MLP's projections are quantised (keras_vit.layers.quantization).
+        norm: "layer_norm" or "rms_norm" (AIMv2), both norms' kind.
+        projection_biases: the projections (query, key, value, out, mlp)
+            that have a bias: all by default, none in AIMv2.
     """
 
     def __init__(self, num_heads, mlp_dim, dropout_rate=0.0, attention_dropout_rate=0.0,
                  stochastic_depth_rate=0.0, layer_norm_epsilon=LAYER_NORM_EPSILON, gelu_approximate=True,
                  relative_position_grid=None, num_prefix_tokens=0, layer_scale_init=None, mlp_activation="gelu",
-                 lora=None, quantization=None, **kwargs):
+                 lora=None, quantization=None, norm="layer_norm", projection_biases=PROJECTIONS, **kwargs):
         super().__init__(**kwargs)
+        self.norm = norm
+        self.projection_biases = tuple(name for name in PROJECTIONS if name in projection_biases)
         self.lora = check_lora(lora)
         self.quantization = quantization or None
         self.layer_scale_init = None if layer_scale_init is None else float(layer_scale_init)
@@ -57,15 +64,15 @@ class EncoderBlock(keras.layers.Layer):
         self.attention_dropout_rate = float(attention_dropout_rate)
         self.stochastic_depth_rate = float(stochastic_depth_rate)
         policy = self.dtype_policy
-        self.attention_norm = keras.layers.LayerNormalization(
-            epsilon=self.layer_norm_epsilon, name="LayerNorm_0", dtype=policy)
+        self.attention_norm = make_norm(self.norm, self.layer_norm_epsilon, "LayerNorm_0", policy)
         self.attention = MultiHeadSelfAttention(
             self.num_heads, self.attention_dropout_rate, self.relative_position_grid, self.num_prefix_tokens,
-            lora=self.lora, quantization=self.quantization, name="MultiHeadDotProductAttention_1", dtype=policy)
-        self.mlp_norm = keras.layers.LayerNormalization(
-            epsilon=self.layer_norm_epsilon, name="LayerNorm_2", dtype=policy)
+            lora=self.lora, quantization=self.quantization, biases=self.projection_biases,
+            name="MultiHeadDotProductAttention_1", dtype=policy)
+        self.mlp_norm = make_norm(self.norm, self.layer_norm_epsilon, "LayerNorm_2", policy)
         self.mlp = MlpBlock(self.mlp_dim, self.dropout_rate, self.gelu_approximate, self.mlp_activation,
-                            lora=self.lora, quantization=self.quantization, name="MlpBlock_3", dtype=policy)
+                            lora=self.lora, quantization=self.quantization, use_bias="mlp" in self.projection_biases,
+                            name="MlpBlock_3", dtype=policy)
         scaled = self.layer_scale_init is not None
         self.attention_scale = LayerScale(self.layer_scale_init, name="ls1", dtype=policy) if scaled else None
         self.mlp_scale = LayerScale(self.layer_scale_init, name="ls2", dtype=policy) if scaled else None
@@ -169,4 +176,8 @@ def _family_config(layer):
         config["lora"] = layer.lora
     if layer.quantization:
         config["quantization"] = layer.quantization
+    if layer.norm != "layer_norm":
+        config["norm"] = layer.norm
+    if layer.projection_biases != PROJECTIONS:
+        config["projection_biases"] = list(layer.projection_biases)
     return config

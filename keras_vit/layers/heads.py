@@ -1,5 +1,5 @@
-"""Heads that read more than one vector: SigLIP's attention pooling (MAP) and
-DeiT's pair of classifiers on the class and distillation tokens."""
+"""Heads that read more than one vector: SigLIP's attention pooling (MAP), AIMv2's
+attention pooling, and DeiT's pair of classifiers on the class and distillation tokens."""
 
 import math
 
@@ -72,6 +72,56 @@ class MAPHead(keras.layers.Layer):
         return {**super().get_config(), "num_heads": self.num_heads, "mlp_dim": self.mlp_dim,
                 "layer_norm_epsilon": self.layer_norm_epsilon, "gelu_approximate": self.gelu_approximate,
                 "mlp_activation": self.mlp_activation}
+
+
+@keras.saving.register_keras_serializable(package="keras_vit")
+class AttentionPoolingHead(keras.layers.Layer):
+    """AIMv2's attention pooling: a learned query, split across the heads as it is (no query
+    projection), attends over the tokens' key and value projections; the heads' outputs,
+    concatenated, go through one output projection: (B, N, D) -> (B, D). No norm or MLP
+    after it (SigLIP's MAPHead has both).
+
+    Weights: probe (1, 1, D) (transformers' cls_token), key and value (D, heads, head_dim)
+    with biases (heads, head_dim) unless use_bias=False (AIMv2's qkv_bias), out (D, D) with
+    bias (D,)."""
+
+    def __init__(self, num_heads, use_bias=True, **kwargs):
+        super().__init__(**kwargs)
+        self.num_heads = int(num_heads)
+        self.use_bias = bool(use_bias)
+
+    def build(self, input_shape):
+        width = input_shape[-1]
+        self.head_dim = width // self.num_heads
+        self.probe = self.add_weight(name="probe", shape=(1, 1, width), initializer="zeros")
+
+        def projection(name, equation, output_shape, bias_axes, build_shape):
+            layer = keras.layers.EinsumDense(equation, output_shape=output_shape, bias_axes=bias_axes,
+                                             kernel_initializer="glorot_uniform", name=name, dtype=self.dtype_policy)
+            layer.build(build_shape)
+            return layer
+
+        heads = (None, self.num_heads, self.head_dim)
+        bias = "hk" if self.use_bias else None
+        self.key = projection("key", "btd,dhk->bthk", heads, bias, input_shape)
+        self.value = projection("value", "btd,dhk->bthk", heads, bias, input_shape)
+        self.out = projection("out", "btd,de->bte", (None, width), "e", (None, 1, width))
+
+    def call(self, tokens, return_attention_scores=False, attention_mask=None):
+        """attention_mask: (B, N), False on padding tokens, which the query does not attend to."""
+        query = ops.reshape(ops.cast(self.probe, tokens.dtype), (1, 1, self.num_heads, self.head_dim))
+        k, v = self.key(tokens), self.value(tokens)
+        logits = ops.einsum("bqhk,bthk->bhqt", query * ops.cast(1.0 / math.sqrt(self.head_dim), tokens.dtype), k)
+        probs = ops.cast(masked_softmax(logits, attention_mask), v.dtype)  # (B, heads, 1, N)
+        context = ops.einsum("bhqt,bthk->bqhk", probs, v)
+        x = self.out(ops.reshape(context, (-1, 1, self.num_heads * self.head_dim)))[:, 0]
+        return (x, probs) if return_attention_scores else x
+
+    def compute_output_shape(self, input_shape):
+        return (input_shape[0], input_shape[2])
+
+    def get_config(self):
+        return {**super().get_config(), "num_heads": self.num_heads, "use_bias": self.use_bias}
 
 
 @keras.saving.register_keras_serializable(package="keras_vit")

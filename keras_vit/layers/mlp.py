@@ -26,11 +26,13 @@ class MlpBlock(keras.layers.Layer):
     LowRankUpdate beside both Dense layers (LoRA, keras_vit.model.lora).
     quantization: "int8" or "int4": both Dense layers are built
     quantised (keras_vit.layers.quantization); None: float.
+    use_bias: False builds both Dense layers without biases (AIMv2's mlp_bias=False).
     """
 
     def __init__(self, mlp_dim, dropout_rate=0.0, gelu_approximate=True, activation="gelu", lora=None,
-                 quantization=None, **kwargs):
+                 quantization=None, use_bias=True, **kwargs):
         super().__init__(**kwargs)
+        self.use_bias = bool(use_bias)
         self.lora = check_lora(lora)
         self.quantization = quantization or None
         self.dense_0_lora = self.dense_1_lora = None  # LowRankUpdates, set in build
@@ -50,11 +52,11 @@ class MlpBlock(keras.layers.Layer):
         gated = 2 if self.activation == "swiglu" else 1
         self.dense_0 = keras.layers.Dense(
             gated * self.mlp_dim, kernel_initializer="glorot_uniform", bias_initializer=bias_init,
-            name="Dense_0", dtype=projection_policy(self.dtype_policy, self.quantization),
+            use_bias=self.use_bias, name="Dense_0", dtype=projection_policy(self.dtype_policy, self.quantization),
         )
         self.dense_1 = keras.layers.Dense(
             input_shape[-1], kernel_initializer="glorot_uniform", bias_initializer=bias_init,
-            name="Dense_1", dtype=projection_policy(self.dtype_policy, self.quantization),
+            use_bias=self.use_bias, name="Dense_1", dtype=projection_policy(self.dtype_policy, self.quantization),
         )
         self.dense_0.build(input_shape)  # (D, mlp_dim), or (D, 2 * mlp_dim) gated
         self.dense_1.build(tuple(input_shape[:-1]) + (self.mlp_dim,))
@@ -104,4 +106,6 @@ class MlpBlock(keras.layers.Layer):
             config["lora"] = self.lora
         if self.quantization:
             config["quantization"] = self.quantization
+        if not self.use_bias:
+            config["use_bias"] = False
         return config

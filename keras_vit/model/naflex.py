@@ -169,6 +169,8 @@ def call_padded(model, images, grids, training=False):
     stride = model.config.total_stride
     rows, cols = int(x.shape[1]) // stride, int(x.shape[2]) // stride
     tokens = model.patch_embedding(x)
+    if model.patch_norm is not None:
+        tokens = model.patch_norm(tokens)
     for prefix_layer in (model.class_token, model.distillation_token):
         if prefix_layer is not None:
             tokens = prefix_layer(tokens)

@@ -313,6 +313,8 @@ def _build_layers(config, grid, include_top, num_classes, classifier_activation,
         parts["resnet"] = vit_layers.ResNetStem(config.resnet.num_layers, config.resnet.width_factor, name="resnet")
     parts["patch_embedding"] = vit_layers.PatchEmbedding(config.hidden_size, config.patch_size,
                                                          use_bias=config.patch_bias, name="embedding")
+    if config.patch_norm:
+        parts["patch_norm"] = vit_layers.make_norm(config.norm, epsilon, "embedding_norm")
     if config.classifier in ("token", "token_gap"):
         parts["class_token"] = vit_layers.ClassToken(name="cls")
     if config.distillation_token:
@@ -329,22 +331,27 @@ def _build_layers(config, grid, include_top, num_classes, classifier_activation,
         vit_layers.PatchDropout(config.patch_dropout, prefix, config.dropout_rate, name="embedding_dropout")
         if config.patch_dropout else keras.layers.Dropout(config.dropout_rate, name="embedding_dropout"))
     if config.pre_norm:
-        parts["pre_norm"] = keras.layers.LayerNormalization(epsilon=epsilon, name="pre_norm")
+        parts["pre_norm"] = vit_layers.make_norm(config.norm, epsilon, "pre_norm")
     parts["encoder"] = vit_layers.Encoder(
         config.num_layers, config.num_heads, config.mlp_dim, config.dropout_rate, config.attention_dropout_rate,
         config.stochastic_depth_rate, epsilon, config.gelu_approximate,
         relative_position_grid=grid if config.position_embedding == "relative" else None,
         num_prefix_tokens=prefix, layer_scale_init=config.layer_scale_init,
         mlp_activation=config.mlp_activation, final_norm=config.final_norm == "tokens", lora=config.lora,
-        quantization=config.quantization, name="Transformer")
+        quantization=config.quantization, norm=config.norm, projection_biases=config.projection_biases,
+        name="Transformer")
     if config.classifier == "map":
         parts["pooling"] = vit_layers.MAPHead(config.num_heads, config.mlp_dim, epsilon, config.gelu_approximate,
                                               config.mlp_activation, name="MAPHead_0")
+    elif config.classifier == "attention_pool":
+        # Its key and value biases follow the blocks' (AIMv2's qkv_bias); its output always has one.
+        parts["pooling"] = vit_layers.AttentionPoolingHead(config.num_heads, use_bias="key" in config.projection_biases,
+                                                           name="AttentionPool_0")
     else:
         # A "gap" model's prefix holds registers only; None keeps older files' config as it was.
         parts["pooling"] = vit_layers.TokenPooling(config.classifier, num_prefix_tokens=prefix, name="pooling")
     if config.final_norm == "pooled":
-        parts["pooled_norm"] = keras.layers.LayerNormalization(epsilon=epsilon, name="pooled_norm")
+        parts["pooled_norm"] = vit_layers.make_norm(config.norm, epsilon, "pooled_norm")
     if config.projection_size:
         parts["projection"] = keras.layers.Dense(config.projection_size, use_bias=False, name="projection")
     if config.representation_size:
@@ -374,7 +381,7 @@ def embed_images(images, parts, training=None, patch_hook=None):
     """The one embedding path: images -> the tokens the encoder sees (B, T, D).
 
     [preprocessing] -> [padding] -> [ResNet stem] -> patch embedding ->
-    [patch_hook] -> [class token] -> [distillation token] -> [+ position
+    [patch norm] -> [patch_hook] -> [class token] -> [distillation token] -> [+ position
     embedding] -> [registers] -> dropout -> [pre-norm]. `parts` holds the
     layers (a ViT, or the namespace its constructor builds; optional ones
     None). A dynamic position embedding (one with a `stride`) is also given
@@ -390,6 +397,8 @@ def embed_images(images, parts, training=None, patch_hook=None):
     if parts.resnet is not None:
         x = parts.resnet(x, training=training)  # (B, H/s, W/s, C)
     x = parts.patch_embedding(x)  # (B, N, D)
+    if parts.patch_norm is not None:
+        x = parts.patch_norm(x)
     if patch_hook is not None:
         x = patch_hook(x)
     for prefix in (parts.class_token, parts.distillation_token):

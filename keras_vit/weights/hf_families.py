@@ -1,6 +1,6 @@
 """HF transformers checkpoints of ViT and its relatives: ViT itself, DeiT,
 DINOv2 (with and without registers), DINOv3 (rotary positions), and the vision
-towers of SigLIP, SigLIP2 (NaFlex), CLIP and MetaCLIP 2 (CLIP's architecture and file layout under
+towers of SigLIP, SigLIP2 (NaFlex), AIMv2, CLIP and MetaCLIP 2 (CLIP's architecture and file layout under
 its own model_type).
 
 Each is the ViT encoder with a few knobs turned (ViTConfig's
@@ -35,17 +35,20 @@ from keras_vit.errors import UserError
 from keras_vit.weights.checkpoint import (
     ACTIVATIONS,
     CONV,
+    LINEAR,
     POSEMB_KEY,
     activation,
     no_qkv_bias,
     patch_linear_kernels,
+    qkv_biases,
+    qkv_kernels,
     rename,
     torch_block,
     torch_dense,
     torch_map_head,
     torch_norm,
 )
-from keras_vit.weights.layout import ENCODER_NORM
+from keras_vit.weights.layout import ENCODER_NORM, PATCH_NORM, attention_pool_key
 
 # transformers' Config defaults (transformers 5), for fields a config.json leaves out. ViT's
 # sizes have none here: transformers writes them all, so a missing one is a damaged file.
@@ -589,6 +592,96 @@ def siglip2(hf: dict, tensors: Dict[str, np.ndarray], where: str) -> Mapped:
     return _siglip2(_settings(_vision_config(hf), _SIGLIP2_DEFAULTS), hf, tensors, where)
 
 
+# --- AIMv2: RMSNorm everywhere, a gated MLP, no projection biases, its own attention pooling ---
+
+# Aimv2VisionConfig's defaults (transformers 5.24).
+_AIMV2_DEFAULTS = dict(hidden_size=1024, intermediate_size=2816, num_hidden_layers=24, num_attention_heads=8,
+                       num_channels=3, image_size=224, patch_size=14, hidden_act="silu", rms_norm_eps=1e-5,
+                       qkv_bias=False, mlp_bias=False, use_head=True, is_native=False)
+_AIMV2_BLOCK = dict(query="attention.q_proj", key="attention.k_proj", value="attention.v_proj",
+                    out="attention.out_proj", norm1="rms_norm1", norm2="rms_norm2", fc1="ffn.up_proj",
+                    fc2="ffn.down_proj")
+
+
+def _aimv2_tensors(tensors: Dict[str, np.ndarray], blocks: str, layers: int) -> Dict[str, np.ndarray]:
+    """The gated MLP's gate_proj and up_proj as one Dense of twice the width, the gate first
+    (mlp_activation="swiglu"), as DINOv3's."""
+    tensors = dict(tensors)
+    for i in range(layers):
+        for leaf in ("weight", "bias"):
+            gate, up = f"{blocks}{i}.ffn.gate_proj.{leaf}", f"{blocks}{i}.ffn.up_proj.{leaf}"
+            if gate in tensors and up in tensors:  # else both keep their names, for the loader to report
+                tensors[up] = np.concatenate([tensors.pop(gate), tensors[up]], axis=0)
+    return tensors
+
+
+def _aimv2(c: dict, hf: dict, tensors: Dict[str, np.ndarray], where: str) -> Mapped:
+    """Aimv2VisionModel, or a full Aimv2Model's vision tower and visual projection."""
+    hidden, heads = int(c["hidden_size"]), int(c["num_attention_heads"])
+    if hidden % heads:
+        raise UserError(f"{where}: hidden_size {hidden} is not divisible by num_attention_heads {heads}.")
+    if c["hidden_act"] not in ("silu", "swish"):  # Aimv2MLP is act(x W_gate) * (x W_up)
+        raise UserError(f"{where} has a gated MLP with hidden_act={c['hidden_act']!r}; keras-vit's gated MLP is "
+                        f"SwiGLU (hidden_act='silu').")
+    prefix = _vision_prefix(tensors)
+    e, layers = prefix + "embeddings.", int(c["num_hidden_layers"])
+    _require(tensors, e + "patch_embed.weight", "the patch embedding", where, "AIMv2")
+    blocks = f"{prefix}encoder.layers."
+    tensors = _aimv2_tensors(tensors, blocks, layers)
+    native = bool(c["is_native"])
+    uses_head = bool(c["use_head"])
+    table = {
+        "embedding/kernel": (e + "patch_embed.weight", CONV),
+        "embedding/bias": (e + "patch_embed.bias", None),
+        PATCH_NORM + "/scale": (e + "rms_norm.weight", None),
+        POSEMB_KEY: (e + "position_embedding.weight", lambda w: w[None]),
+        ENCODER_NORM + "/scale": (prefix + "rms_norm.weight", None),
+    }
+    for i in range(layers):
+        torch_block(table, i, f"{blocks}{i}.", _AIMV2_BLOCK, heads)
+    if uses_head:
+        h = prefix + "head."
+        table[attention_pool_key("probe")] = (h + "cls_token", None)
+        for part, name in (("key", "k_proj"), ("value", "v_proj")):  # biases only with qkv_bias
+            torch_dense(table, attention_pool_key(part), h + name, kernel=qkv_kernels(heads),
+                        bias_transform=qkv_biases(heads))
+        torch_dense(table, attention_pool_key("out"), h + "output_proj")
+    projection = "visual_projection.weight" in tensors
+    if projection:
+        table["projection/kernel"] = ("visual_projection.weight", LINEAR)
+
+    def unused(name: str) -> bool:
+        # A full Aimv2Model's text tower, text projection and logit_scale are not part of the image model.
+        return (_is_buffer(name) or name.startswith("text_model.") or name in ("logit_scale",)
+                or name.startswith("text_projection."))
+
+    params = rename(_drop(tensors, unused), table)
+    biases = (("query", "key", "value", "out") if c["qkv_bias"] else ()) + (("mlp",) if c["mlp_bias"] else ())
+    fields = dict(
+        patch_size=_patch_size(c, where), hidden_size=hidden, mlp_dim=int(c["intermediate_size"]), num_heads=heads,
+        num_layers=layers, layer_norm_epsilon=float(c["rms_norm_eps"]), norm="rms_norm", patch_norm=True,
+        mlp_activation="swiglu", gelu_approximate=False, projection_biases=biases,
+        # Without its head the tower gives no pooled vector (pooler_output is None): the mean of the
+        # normalised tokens is ours, as for SigLIP without its head.
+        classifier="attention_pool" if uses_head else "gap",
+        # The native towers compute AIMv2's 2-D sin-cos table for each grid: MAE's layout, column first.
+        position_embedding="sincos_2d" if native else "learned_1d",
+        position_interpolation="bicubic", pixel_normalization="clip",
+        projection_size=int(params["projection/kernel"].shape[-1]) if projection else None,
+    )
+    return Mapped(fields, params, _side(c["image_size"], "image_size", where), None, int(c["num_channels"]))
+
+
+def aimv2_vision_model(hf: dict, tensors: Dict[str, np.ndarray], where: str) -> Mapped:
+    """Aimv2VisionModel: features = its attention pooling's output (pooler_output)."""
+    return _aimv2(_settings(hf, _AIMV2_DEFAULTS), hf, tensors, where)
+
+
+def aimv2(hf: dict, tensors: Dict[str, np.ndarray], where: str) -> Mapped:
+    """A full Aimv2Model: its vision tower and visual projection (get_image_features)."""
+    return _aimv2(_settings(_vision_config(hf), _AIMV2_DEFAULTS), hf, tensors, where)
+
+
 def _clip(c: dict, hf: dict, tensors: Dict[str, np.ndarray], where: str) -> Mapped:
     # MetaCLIP 2 is CLIP's architecture trained on other data: transformers' MetaClip2 classes
     # are CLIP's with the names changed, and their files hold the same tensor names.
@@ -658,6 +751,8 @@ FAMILIES: Dict[str, Callable[[dict, Dict[str, np.ndarray], str], Mapped]] = {
     "siglip": siglip,
     "siglip2_vision_model": siglip2_vision_model,
     "siglip2": siglip2,
+    "aimv2_vision_model": aimv2_vision_model,
+    "aimv2": aimv2,
     "clip_vision_model": clip_vision_model,
     "clip": clip,
     # MetaClip2VisionConfig and MetaClip2Config have CLIP's defaults (transformers 5.24).

@@ -64,6 +64,10 @@ MAP_PARTS = {
     "fc1": "MlpBlock_0/Dense_0",
     "fc2": "MlpBlock_0/Dense_1",
 }
+# AIMv2's attention pooling (keras_vit.layers.AttentionPoolingHead) and patch norm: ours, in the same style.
+ATTENTION_POOL_ROOT = "AttentionPool_0"
+ATTENTION_POOL_PARTS = {"probe": "probe", "key": "key", "value": "value", "out": "out"}
+PATCH_NORM = "embedding_norm"
 _BLOCK_INDEX = re.compile(re.escape(BLOCK_ROOT) + r"(\d+)/")
 
 
@@ -83,7 +87,9 @@ def block_of(key: str) -> Optional[int]:
 
 
 def _norm(prefix, layer):
-    """LayerNorm and GroupNorm: Flax calls gamma/beta scale/bias."""
+    """LayerNorm and GroupNorm: Flax calls gamma/beta scale/bias (RMSNorm has no beta)."""
+    if layer.beta is None:
+        return {f"{prefix}/scale": layer.gamma}
     return {f"{prefix}/scale": layer.gamma, f"{prefix}/bias": layer.beta}
 
 
@@ -126,6 +132,18 @@ def _map_head(head):
         out.update(_dense(map_key(name), getattr(head, name)))
     out.update(_dense(map_key("fc1"), head.mlp.dense_0))
     out.update(_dense(map_key("fc2"), head.mlp.dense_1))
+    return out
+
+
+def attention_pool_key(part: str) -> str:
+    return f"{ATTENTION_POOL_ROOT}/{ATTENTION_POOL_PARTS[part]}"
+
+
+def _attention_pool(head):
+    """AIMv2's attention pooling: its query (probe), key, value and output projections."""
+    out = {attention_pool_key("probe"): head.probe}
+    for name in ("key", "value", "out"):
+        out.update(_dense(attention_pool_key(name), getattr(head, name)))
     return out
 
 
@@ -175,6 +193,7 @@ def variables_by_key(model) -> Dict[str, object]:
     if model.resnet is not None:
         out.update(_resnet(model.resnet))
     out.update(_dense("embedding", model.patch_embedding.projection))
+    out.update(_optional(PATCH_NORM, model.patch_norm, _norm))
     if model.class_token is not None:
         out["cls"] = model.class_token.cls
     if model.distillation_token is not None:
@@ -206,6 +225,8 @@ def variables_by_key(model) -> Dict[str, object]:
     out.update(_optional(ENCODER_NORM, model.encoder.encoder_norm, _norm))
     if model.config.classifier == "map":
         out.update(_map_head(model.pooling))
+    elif model.config.classifier == "attention_pool":
+        out.update(_attention_pool(model.pooling))
     out.update(_optional("pooled_norm", model.pooled_norm, _norm))
     if model.projection is not None:
         out["projection/kernel"] = model.projection.kernel

@@ -9,11 +9,12 @@ fitting (weights.npz) and masked-patch pre-training's frozen read-out
 (training.tasks.masked_patch).
 
 The groups, in the order the image flows through them:
-  stem        patch or ResNet embedding, class/distillation/register tokens,
-              position embedding, CLIP's pre-norm (depth 0)
+  stem        patch or ResNet embedding, AIMv2's patch norm, class/distillation/
+              register tokens, position embedding, CLIP's pre-norm (depth 0)
   block       encoder block i (depth i + 1)
   final_norm  the encoder's last LayerNorm (depth num_layers + 1)
-  readout     what turns tokens into the image embedding: SigLIP's MAP head,
+  readout     what turns tokens into the image embedding: SigLIP's MAP head, AIMv2's
+              attention pooling,
               CLIP's pooled norm and projection, the pre-logits layer
               (depth num_layers + 1)
   classifier  the head, and DeiT's second head on the distillation token
@@ -27,22 +28,24 @@ from __future__ import annotations
 import dataclasses
 from typing import Dict, Optional
 
-from keras_vit.weights.layout import ENCODER_NORM, MAP_ROOT, POSEMB_ROOT, block_of, variables_by_key
+from keras_vit.weights.layout import (ATTENTION_POOL_ROOT, ENCODER_NORM, MAP_ROOT, PATCH_NORM, POSEMB_ROOT, block_of,
+                                      variables_by_key)
 
 STEM, BLOCK, FINAL_NORM, READOUT, CLASSIFIER = "stem", "block", "final_norm", "readout", "classifier"
 
 # The first part of a key -> its group (keys under "Transformer/" are told apart below).
 _ROOTS = {
-    "embedding": STEM, "cls": STEM, "dist_token": STEM, "reg_tokens": STEM, "pre_norm": STEM,
+    "embedding": STEM, PATCH_NORM: STEM, "cls": STEM, "dist_token": STEM, "reg_tokens": STEM, "pre_norm": STEM,
     "conv_root": STEM, "gn_root": STEM,  # the hybrid's ResNet ("block{s}/unit{u}/..." below)
-    MAP_ROOT: READOUT, "pooled_norm": READOUT, "projection": READOUT, "pre_logits": READOUT,
+    MAP_ROOT: READOUT, ATTENTION_POOL_ROOT: READOUT, "pooled_norm": READOUT, "projection": READOUT, "pre_logits": READOUT,
     "head": CLASSIFIER, "head_dist": CLASSIFIER,
 }
 # The classifiers' layers by checkpoint name: the head, and DeiT's second one on the distillation token.
 CLASSIFIER_ROOTS = tuple(root for root, group in _ROOTS.items() if group == CLASSIFIER)
 # ViT's layer handles (model.PARTS) -> their group; "encoder" holds the blocks and the final norm.
 HANDLES = {
-    "preprocessing": STEM, "padding": STEM, "resnet": STEM, "patch_embedding": STEM, "class_token": STEM,
+    "preprocessing": STEM, "padding": STEM, "resnet": STEM, "patch_embedding": STEM, "patch_norm": STEM,
+    "class_token": STEM,
     "distillation_token": STEM, "position_embedding": STEM, "rotary_embedding": STEM, "register_tokens": STEM,
     "embedding_dropout": STEM, "pre_norm": STEM, "encoder": BLOCK,
     "pooling": READOUT, "pooled_norm": READOUT, "projection": READOUT, "pre_logits": READOUT,
