@@ -162,6 +162,13 @@ class ViTConfig:
             mean/std); keras_vit.images.NORMALIZATIONS holds the numbers.
         rope_theta: the base of the rotary embedding's frequencies (DINOv3's
             100); read only with position_embedding="rope".
+        rope_shift, rope_jitter, rope_rescale: DINOv3's augmentation of the
+            rotary coordinates in training (transformers' pos_embed_shift,
+            pos_embed_jitter, pos_embed_rescale; DINOv3 trained with
+            rescale 2): a uniform shift in [-shift, shift] per axis, a
+            log-uniform factor in [1/jitter, jitter] per axis, one in
+            [1/rescale, rescale] for both (keras_vit.layers.RotaryEmbedding2D).
+            None: off. Inference never moves them.
         lora_rank: LoRA fine-tuning (Hu et al. 2021): a rank-r update
             alpha/r * B A beside each projection of every block that
             `lora_targets` names (keras_vit.layers.LowRankUpdate), and every
@@ -212,6 +219,9 @@ class ViTConfig:
     position_interpolation: str = "linear"
     pixel_normalization: str = "minus_one_to_one"
     rope_theta: float = 100.0
+    rope_shift: Optional[float] = None
+    rope_jitter: Optional[float] = None
+    rope_rescale: Optional[float] = None
     lora_rank: int = 0
     lora_alpha: Optional[float] = None
     lora_targets: Tuple[str, ...] = DEFAULT_LORA_TARGETS
@@ -267,6 +277,10 @@ class ViTConfig:
 
     def _check_rope(self):
         if self.position_embedding != "rope":
+            augmented = [f for f in ("rope_shift", "rope_jitter", "rope_rescale") if getattr(self, f) is not None]
+            if augmented:
+                raise UserError(f"{', '.join(augmented)} augment rotary positions: set position_embedding='rope' "
+                                f"or leave them None.")
             return
         head_dim = self.hidden_size // self.num_heads
         if head_dim % 4:
@@ -280,6 +294,13 @@ class ViTConfig:
         if not float(self.rope_theta) > 0:
             raise UserError(f"ViTConfig.rope_theta must be positive, got {self.rope_theta!r}.")
         object.__setattr__(self, "rope_theta", float(self.rope_theta))
+        for field, least in (("rope_shift", 0.0), ("rope_jitter", 1.0), ("rope_rescale", 1.0)):
+            value = getattr(self, field)
+            if value is not None:
+                if not float(value) >= least:
+                    raise UserError(f"ViTConfig.{field} must be None or at least {least:g} (a range [-v, v], or "
+                                    f"[1/v, v] for a factor), got {value!r}.")
+                object.__setattr__(self, field, float(value))
 
     def _check_lora(self):
         from keras_vit.utils.console import argument, either

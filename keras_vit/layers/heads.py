@@ -10,6 +10,14 @@ from keras_vit.layers.attention import masked_softmax
 from keras_vit.layers.mlp import MlpBlock
 
 
+def _projection(head, name, equation, output_shape, bias_axes, build_shape):
+    """An attention head's EinsumDense projection, built (Xavier-uniform, the head's dtype policy)."""
+    layer = keras.layers.EinsumDense(equation, output_shape=output_shape, bias_axes=bias_axes,
+                                     kernel_initializer="glorot_uniform", name=name, dtype=head.dtype_policy)
+    layer.build(build_shape)
+    return layer
+
+
 @keras.saving.register_keras_serializable(package="keras_vit")
 class MAPHead(keras.layers.Layer):
     """Multihead attention pooling (big_vision's MAPHead; SigLIP's vision head):
@@ -39,17 +47,11 @@ class MAPHead(keras.layers.Layer):
         self.head_dim = width // self.num_heads
         self.probe = self.add_weight(name="probe", shape=(1, 1, width), initializer="glorot_uniform")
 
-        def projection(name, equation, output_shape, bias_axes, build_shape):
-            layer = keras.layers.EinsumDense(equation, output_shape=output_shape, bias_axes=bias_axes,
-                                             kernel_initializer="glorot_uniform", name=name, dtype=self.dtype_policy)
-            layer.build(build_shape)
-            return layer
-
         heads = (None, self.num_heads, self.head_dim)
-        self.query = projection("query", "btd,dhk->bthk", heads, "hk", (None, 1, width))
-        self.key = projection("key", "btd,dhk->bthk", heads, "hk", input_shape)
-        self.value = projection("value", "btd,dhk->bthk", heads, "hk", input_shape)
-        self.out = projection("out", "bthk,hkd->btd", (None, width), "d", (None, 1, self.num_heads, self.head_dim))
+        self.query = _projection(self, "query", "btd,dhk->bthk", heads, "hk", (None, 1, width))
+        self.key = _projection(self, "key", "btd,dhk->bthk", heads, "hk", input_shape)
+        self.value = _projection(self, "value", "btd,dhk->bthk", heads, "hk", input_shape)
+        self.out = _projection(self, "out", "bthk,hkd->btd", (None, width), "d", (None, 1, self.num_heads, self.head_dim))
         self.norm.build((None, 1, width))
         self.mlp.build((None, 1, width))
 
@@ -95,17 +97,11 @@ class AttentionPoolingHead(keras.layers.Layer):
         self.head_dim = width // self.num_heads
         self.probe = self.add_weight(name="probe", shape=(1, 1, width), initializer="zeros")
 
-        def projection(name, equation, output_shape, bias_axes, build_shape):
-            layer = keras.layers.EinsumDense(equation, output_shape=output_shape, bias_axes=bias_axes,
-                                             kernel_initializer="glorot_uniform", name=name, dtype=self.dtype_policy)
-            layer.build(build_shape)
-            return layer
-
         heads = (None, self.num_heads, self.head_dim)
         bias = "hk" if self.use_bias else None
-        self.key = projection("key", "btd,dhk->bthk", heads, bias, input_shape)
-        self.value = projection("value", "btd,dhk->bthk", heads, bias, input_shape)
-        self.out = projection("out", "btd,de->bte", (None, width), "e", (None, 1, width))
+        self.key = _projection(self, "key", "btd,dhk->bthk", heads, bias, input_shape)
+        self.value = _projection(self, "value", "btd,dhk->bthk", heads, bias, input_shape)
+        self.out = _projection(self, "out", "btd,de->bte", (None, width), "e", (None, 1, width))
 
     def call(self, tokens, return_attention_scores=False, attention_mask=None):
         """attention_mask: (B, N), False on padding tokens, which the query does not attend to."""

@@ -19,7 +19,7 @@ here from their definitions):
 from __future__ import annotations
 
 import math
-from typing import List, Sequence, Tuple
+from typing import Sequence, Tuple
 
 import numpy as np
 from keras import ops

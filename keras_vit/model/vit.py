@@ -323,7 +323,7 @@ def _build_layers(config, grid, include_top, num_classes, classifier_activation,
     if config.position_embedding == "rope":
         parts["rotary_embedding"] = vit_layers.RotaryEmbedding2D(
             config.hidden_size // config.num_heads, stride, config.rope_theta, pad=dynamic_image_pad,
-            name="rotary_embedding")
+            shift=config.rope_shift, jitter=config.rope_jitter, rescale=config.rope_rescale, name="rotary_embedding")
     if config.num_register_tokens:
         parts["register_tokens"] = vit_layers.InsertTokens(config.num_register_tokens, offset=positioned,
                                                            name="reg_tokens")

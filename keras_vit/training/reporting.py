@@ -127,6 +127,10 @@ def describe(plan) -> str:
     level = f", aug level {plan.recipe.aug_level}" if plan.recipe.aug_level else ""
     if plan.pixel_normalization != "minus_one_to_one":  # the [-1, 1] of every earlier run goes unsaid
         level += f", pixels normalised as {plan.pixel_normalization}"
+    moves = [f"{name} {value:g}" for name, value in (("shift", plan.model.rope_shift), ("jitter", plan.model.rope_jitter),
+                                                     ("rescale", plan.model.rope_rescale)) if value is not None]
+    if moves:  # DINOv3's augmentation of the rotary coordinates, from its checkpoint's config
+        level += f", rotary coordinates augmented ({', '.join(moves)})"
     if plan.model.lora_rank:
         lora = plan.model.lora
         level += f", LoRA rank {lora['rank']} alpha {lora['alpha']:g} on {'/'.join(lora['targets'])} (the rest frozen)"

@@ -369,7 +369,8 @@ def dinov2_with_registers(hf: dict, tensors: Dict[str, np.ndarray], where: str) 
 _DINOV3_DEFAULTS = dict(hidden_size=384, num_hidden_layers=12, num_attention_heads=6, intermediate_size=1536,
                         hidden_act="gelu", layer_norm_eps=1e-5, image_size=224, patch_size=16, num_channels=3,
                         rope_theta=100.0, query_bias=True, key_bias=False, value_bias=True, proj_bias=True,
-                        mlp_bias=True, layerscale_value=1.0, use_gated_mlp=False, num_register_tokens=0)
+                        mlp_bias=True, layerscale_value=1.0, use_gated_mlp=False, num_register_tokens=0,
+                        pos_embed_shift=None, pos_embed_jitter=None, pos_embed_rescale=2.0)
 _DINOV3_BLOCK = dict(query="attention.q_proj", key="attention.k_proj", value="attention.v_proj",
                      out="attention.o_proj", norm1="norm1", norm2="norm2", fc1="mlp.up_proj", fc2="mlp.down_proj",
                      ls1="layer_scale1.lambda1", ls2="layer_scale2.lambda1")
@@ -441,6 +442,8 @@ def dinov3_vit(hf: dict, tensors: Dict[str, np.ndarray], where: str) -> Mapped:
         gelu_approximate=gelu_approximate, mlp_activation=mlp_activation, num_register_tokens=num_registers,
         layer_scale_init=float(c["layerscale_value"]), position_embedding="rope",
         rope_theta=float(c["rope_theta"]), pixel_normalization="imagenet",
+        # The coordinates' augmentation in training (fine-tuning), as transformers applies it in train mode.
+        rope_shift=c["pos_embed_shift"], rope_jitter=c["pos_embed_jitter"], rope_rescale=c["pos_embed_rescale"],
     )
     return Mapped(fields, params, _side(c["image_size"], "image_size", where), None, int(c["num_channels"]))
 
@@ -488,18 +491,20 @@ def _split_in_proj(tensors: Dict[str, np.ndarray], attention: str) -> Dict[str, 
     return tensors
 
 
-def _siglip(c: dict, hf: dict, tensors: Dict[str, np.ndarray], where: str) -> Mapped:
-    fields = _tower_fields(c, where, "SigLIP")
+def _siglip_tower(c: dict, tensors: Dict[str, np.ndarray], where: str, family: str, patch_kernel) -> tuple:
+    """SigLIP's image tower, SigLIP2's too: (its ViTConfig fields, its params). `patch_kernel`
+    reads the patch embedding: a convolution (SigLIP), or a Linear on flattened patches (SigLIP2)."""
+    fields = _tower_fields(c, where, family)
     heads = fields["num_heads"]
     prefix = _vision_prefix(tensors)
     e = prefix + "embeddings."
-    _require(tensors, e + "patch_embedding.weight", "the patch embedding", where, "SigLIP")
-    # SiglipForImageClassification: its logits read the mean of the normalised tokens through
+    _require(tensors, e + "patch_embedding.weight", "the patch embedding", where, family)
+    # Sig*ForImageClassification: its logits read the mean of the normalised tokens through
     # `classifier`; the tower's attention-pooling head is computed but never used.
     classification = "classifier.weight" in tensors
     uses_head = bool(c["vision_use_head"]) and not classification
     table = {
-        "embedding/kernel": (e + "patch_embedding.weight", CONV),
+        "embedding/kernel": (e + "patch_embedding.weight", patch_kernel),
         "embedding/bias": (e + "patch_embedding.bias", None),
         # nn.Embedding (N, D): one row per patch; SigLIP has no class token.
         POSEMB_KEY: (e + "position_embedding.weight", lambda w: w[None]),
@@ -514,20 +519,23 @@ def _siglip(c: dict, hf: dict, tensors: Dict[str, np.ndarray], where: str) -> Ma
     torch_dense(table, "head", "classifier")
 
     def unused(name: str) -> bool:
-        # A full SiglipModel's text tower and its logit_scale / logit_bias (the temperature and
+        # A full model's text tower and its logit_scale / logit_bias (the temperature and
         # bias of the image-text sigmoid loss) are not part of the image model; neither is the
-        # pooling head SiglipForImageClassification computes and ignores.
+        # pooling head the classifier computes and ignores.
         return (_is_buffer(name) or name.startswith("text_model.") or name in ("logit_scale", "logit_bias")
                 or (classification and name.startswith(prefix + "head.")))
 
-    params = rename(_drop(tensors, unused), table)
-    patch = fields["patch_size"]
-    image_size = _grid_image_size(_side(c["image_size"], "image_size", where), params.get(POSEMB_KEY), 0, patch,
-                                  where)
     # With the attention-pooling head the features are its output (pooler_output). Without
     # it transformers gives no pooled vector (pooler_output is None); the mean of the
-    # normalised tokens is what SiglipForImageClassification classifies, so that is ours.
+    # normalised tokens is what the classifier classifies, so that is ours.
     fields.update(classifier="map" if uses_head else "gap", pixel_normalization="minus_one_to_one")
+    return fields, rename(_drop(tensors, unused), table)
+
+
+def _siglip(c: dict, hf: dict, tensors: Dict[str, np.ndarray], where: str) -> Mapped:
+    fields, params = _siglip_tower(c, tensors, where, "SigLIP", CONV)
+    image_size = _grid_image_size(_side(c["image_size"], "image_size", where), params.get(POSEMB_KEY), 0,
+                                  fields["patch_size"], where)
     return Mapped(fields, params, image_size, _labels(hf, params), int(c["num_channels"]))
 
 
@@ -545,39 +553,13 @@ def _siglip2(c: dict, hf: dict, tensors: Dict[str, np.ndarray], where: str) -> M
     """SigLIP's tower taking patches at each image's own grid (NaFlex): the patch embedding a
     Linear on flattened patches (our convolution, on the image), and a learned G x G table
     that each image's grid resizes with torch's antialiased bilinear (keras_vit.model.naflex)."""
-    fields = _tower_fields(c, where, "SigLIP2")
-    heads, patch = fields["num_heads"], fields["patch_size"]
-    prefix = _vision_prefix(tensors)
-    e = prefix + "embeddings."
-    _require(tensors, e + "patch_embedding.weight", "the patch embedding", where, "SigLIP2")
     side = int(round(int(c["num_patches"]) ** 0.5))
     if side * side != int(c["num_patches"]):
         raise UserError(f"{where}: num_patches={c['num_patches']} is not a square grid, which SigLIP2's position "
                         f"table is (transformers reshapes it to sqrt(num_patches) per side).")
-    # Siglip2ForImageClassification classifies the mean of the real tokens, its tower's head unused.
-    classification = "classifier.weight" in tensors
-    uses_head = bool(c["vision_use_head"]) and not classification
-    table = {
-        "embedding/kernel": (e + "patch_embedding.weight", patch_linear_kernels(patch)),
-        "embedding/bias": (e + "patch_embedding.bias", None),
-        POSEMB_KEY: (e + "position_embedding.weight", lambda w: w[None]),
-    }
-    for i in range(fields["num_layers"]):
-        torch_block(table, i, f"{prefix}encoder.layers.{i}.", _TOWER_BLOCK, heads)
-    torch_norm(table, ENCODER_NORM, prefix + "post_layernorm")
-    if uses_head:
-        h = prefix + "head."
-        tensors = _split_in_proj(tensors, h + "attention.")
-        torch_map_head(table, h, _SIGLIP_MAP_HEAD, heads)
-    torch_dense(table, "head", "classifier")
-
-    def unused(name: str) -> bool:  # as SigLIP's (see _siglip)
-        return (_is_buffer(name) or name.startswith("text_model.") or name in ("logit_scale", "logit_bias")
-                or (classification and name.startswith(prefix + "head.")))
-
-    params = rename(_drop(tensors, unused), table)
-    fields.update(classifier="map" if uses_head else "gap", pixel_normalization="minus_one_to_one",
-                  position_interpolation="bilinear_antialias")
+    patch = _patch_size(c, where)
+    fields, params = _siglip_tower(c, tensors, where, "SigLIP2", patch_linear_kernels(patch))
+    fields.update(position_interpolation="bilinear_antialias")
     return Mapped(fields, params, (side * patch, side * patch), _labels(hf, params), int(c["num_channels"]),
                   dynamic_image_size=True)
 

@@ -120,3 +120,47 @@ def test_config_round_trip_and_the_models_refusals():
         keras_vit.ViTConfig(**dict(base, hidden_size=12))
     with pytest.raises(UserError, match=r"rotary angles \(position_embedding='rope', DINOv3's\) .*use patch_dropout=0\."):
         keras_vit.ViTConfig(**base, patch_dropout=0.5)
+
+
+def test_training_moves_the_coordinates_as_dinov3_s_augmentation():
+    # transformers' augment_patches_center_coordinates: shift (a uniform per axis), jitter (a
+    # log-uniform factor per axis), rescale (one log-uniform factor for both), one draw per call;
+    # inference never moves them.
+    images = np.zeros((2, 32, 48, 3), "float32")  # 4 x 6 patches: no centre at 0, so the factors show
+    plain = np.asarray(RotaryEmbedding2D(16, 8).coordinates(images))
+    np.testing.assert_allclose(plain, angles_reference(4, 6, 4)[:, [0, 1]] / (2 * np.pi), atol=1e-6)  # (row, column)
+    cases = {"shift": 0.3, "jitter": 1.5, "rescale": 2.0}
+    draws = {name: [] for name in cases}
+    for name, spread in cases.items():
+        layer = RotaryEmbedding2D(16, 8, seed=3, **{name: spread})
+        np.testing.assert_array_equal(np.asarray(layer.coordinates(images)), plain)
+        cos, sin = layer(images)
+        np.testing.assert_array_equal(np.asarray(cos), np.asarray(RotaryEmbedding2D(16, 8)(images)[0]))
+        for _ in range(20):
+            moved = np.asarray(layer.coordinates(images, training=True))
+            change = moved - plain if name == "shift" else moved / plain
+            np.testing.assert_allclose(change, np.broadcast_to(change[:1], change.shape), rtol=1e-5, atol=1e-6)
+            draws[name].append(change[0])
+    shifts, jitters, rescales = (np.array(draws[name]) for name in ("shift", "jitter", "rescale"))
+    assert np.all(np.abs(shifts) <= 0.3) and np.ptp(shifts[:, 0]) > 0.1 and np.ptp(shifts[:, 1]) > 0.1
+    assert not np.allclose(shifts[:, 0], shifts[:, 1])  # each axis its own draw
+    assert np.all((jitters >= 1 / 1.5 - 1e-6) & (jitters <= 1.5 + 1e-6)) and not np.allclose(jitters[:, 0], jitters[:, 1])
+    assert np.all((rescales >= 0.5 - 1e-6) & (rescales <= 2 + 1e-6)) and np.ptp(rescales[:, 0]) > 0.3
+    np.testing.assert_allclose(rescales[:, 0], rescales[:, 1], rtol=1e-6)  # one factor for both axes
+    assert np.mean(np.log(rescales[:, 0]) < 0) > 0.2 and np.mean(np.log(rescales[:, 0]) > 0) > 0.2  # log-uniform
+
+
+def test_a_dinov3_checkpoint_s_augmentation_trains_and_leaves_inference_alone():
+    config = keras_vit.ViTConfig(4, 24, 40, 3, 1, position_embedding="rope", rope_rescale=2.0, rope_jitter=1.2)
+    model = keras_vit.ViT(config, image_size=16, num_classes=3)
+    x = np.random.default_rng(0).uniform(-1, 1, (2, 16, 16, 3)).astype("float32")
+    keras.utils.set_random_seed(1)
+    model.set_weights([w + np.random.default_rng(1).normal(0, 0.3, w.shape).astype("float32") for w in model.get_weights()])
+    np.testing.assert_array_equal(np.asarray(model(x)), np.asarray(model(x)))
+    assert np.abs(np.asarray(model(x, training=True)) - np.asarray(model(x, training=True))).max() > 1e-4
+    restored = keras_vit.ViT.from_config(model.get_config())
+    assert restored.rotary_embedding.rescale == 2.0 and restored.rotary_embedding.jitter == 1.2
+    with pytest.raises(ValueError, match="rope_rescale augment rotary positions: set position_embedding='rope'"):
+        keras_vit.ViTConfig(4, 24, 40, 3, 1, rope_rescale=2.0)
+    with pytest.raises(ValueError, match="rope_jitter must be None or at least 1"):
+        keras_vit.ViTConfig(4, 24, 40, 3, 1, position_embedding="rope", rope_jitter=0.5)
