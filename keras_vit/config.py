@@ -162,13 +162,15 @@ class ViTConfig:
             mean/std); keras_vit.images.NORMALIZATIONS holds the numbers.
         rope_theta: the base of the rotary embedding's frequencies (DINOv3's
             100); read only with position_embedding="rope".
-        rope_shift, rope_jitter, rope_rescale: DINOv3's augmentation of the
-            rotary coordinates in training (transformers' pos_embed_shift,
-            pos_embed_jitter, pos_embed_rescale; DINOv3 trained with
-            rescale 2): a uniform shift in [-shift, shift] per axis, a
-            log-uniform factor in [1/jitter, jitter] per axis, one in
-            [1/rescale, rescale] for both (keras_vit.layers.RotaryEmbedding2D).
-            None: off. Inference never moves them.
+        rope_shift: DINOv3's augmentation of the rotary coordinates in
+            training (transformers' pos_embed_shift): a uniform shift in
+            [-shift, shift] per axis, one draw per step
+            (keras_vit.layers.RotaryEmbedding2D). None: off. Inference
+            never moves the coordinates.
+        rope_jitter: the same for pos_embed_jitter: a log-uniform factor in
+            [1/jitter, jitter] per axis.
+        rope_rescale: the same for pos_embed_rescale (DINOv3 trained with 2):
+            one log-uniform factor in [1/rescale, rescale] for both axes.
         lora_rank: LoRA fine-tuning (Hu et al. 2021): a rank-r update
             alpha/r * B A beside each projection of every block that
             `lora_targets` names (keras_vit.layers.LowRankUpdate), and every

@@ -45,7 +45,7 @@ _FAMILIES = {
     "DINOv2-reg": dict(layer_scale_init=1.0, gelu_approximate=False, num_register_tokens=4,
                        position_interpolation="bicubic_antialias", pixel_normalization="imagenet"),
     "DINOv3": dict(layer_scale_init=1.0, gelu_approximate=False, num_register_tokens=4, position_embedding="rope",
-                   layer_norm_epsilon=1e-5, pixel_normalization="imagenet", rope_rescale=2.0),
+                   layer_norm_epsilon=1e-5, pixel_normalization="imagenet"),
     "SigLIP": dict(classifier="map", position_interpolation="bicubic"),
     # NaFlex: the table (16 x 16 in the published towers: build at 256 px for 16 px patches) is
     # resized to each image's own grid (keras_vit.model.naflex).
@@ -176,7 +176,7 @@ def _architecture(config: ViTConfig):
             config.layer_scale_init is not None, config.mlp_activation, config.pre_norm, config.final_norm,
             config.classifier == "map", config.position_embedding == "rope",
             config.position_interpolation == "bilinear_antialias",  # SigLIP2's NaFlex table
-            config.classifier == "attention_pool", config.norm, config.patch_norm)
+            config.classifier == "attention_pool", config.norm, config.patch_norm, config.projection_biases)
 
 
 def list_variants() -> List[str]:

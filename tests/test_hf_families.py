@@ -13,6 +13,7 @@ purpose, with the shape that key has."""
 
 import json
 
+import keras
 import numpy as np
 import pytest
 import torch
@@ -624,6 +625,8 @@ def test_hf_name_reaches_the_family_reader(tmp_path, monkeypatch):
     ("dinov2_registers", "3 register tokens.*LayerScale"),
     ("clip_vision_projection", "pre_norm.*no bias.*pooled.*projection"),
     ("siglip_vision", "classifier='map'"),
+    ("aimv2_vision", "classifier='attention_pool'.*'rms_norm'.*patch_norm.*key, mlp, out, query, value projections "
+                     "have no bias"),
 ])
 def test_family_models_are_not_written_as_an_hf_vit(tmp_path, name, match):
     # HF's ViT would silently compute something else: refused, naming each difference, before writing.
@@ -700,5 +703,51 @@ def test_padding_what_padding_would_change_is_refused_in_one_line(tmp_path):
         with pytest.raises(ValueError, match="call_padded cannot run .*Call the model on each image alone") as error:
             model.call_padded(np.zeros((1, 16, 16, 3), np.float32), np.array([[4, 4]]))
         assert "\n" not in str(error.value)
-    with pytest.raises(ValueError, match=r"multiples of the patch size 4, got \(6, 8, 3\)"):
-        keras_vit.pad_batch([np.zeros((6, 8, 3))], 4)
+    for shape in ((6, 8, 3), (0, 8, 3)):  # not a multiple; no patch at all
+        with pytest.raises(ValueError, match=r"multiples of the patch size 4 \(at least one patch\), got "):
+            keras_vit.pad_batch([np.zeros(shape)], 4)
+
+
+def test_an_explicit_null_turns_dinov3_s_coordinate_augmentation_off(tmp_path):
+    # transformers' pos_embed_rescale=None is no rescale: read as None, not as the default 2.0.
+    _, directory = saved(tmp_path, "dinov3")
+    path = directory / "config.json"
+    assert json.loads(path.read_text())["pos_embed_rescale"] == 2.0
+    assert keras_vit.from_pretrained(str(directory)).config.rope_rescale == 2.0
+    path.write_text(json.dumps({**json.loads(path.read_text()), "pos_embed_rescale": None, "pos_embed_jitter": 1.1}))
+    config = keras_vit.from_pretrained(str(directory)).config
+    assert (config.rope_rescale, config.rope_jitter, config.rope_shift) == (None, 1.1, None)
+
+
+def test_padded_rows_with_prefix_tokens_and_one_patch_sides_equal_each_image_alone():
+    # A class token and registers (always real), 1-patch sides, and a grid larger than the table.
+    config = keras_vit.ViTConfig(4, 24, 40, 3, 2, classifier="token_gap", num_register_tokens=2,
+                                 position_interpolation="bilinear_antialias")
+    model = keras_vit.ViT(config, image_size=16, num_classes=3, dynamic_image_size=True)
+    rng = np.random.default_rng(2)
+    model.set_weights([w + rng.normal(0, 0.3, w.shape).astype("float32") for w in model.get_weights()])
+    x = [rng.normal(size=shape).astype(np.float32) for shape in ((4, 36, 3), (28, 4, 3), (16, 16, 3), (24, 20, 3))]
+    batch, grids = keras_vit.pad_batch(x, 4)
+    padded = np.asarray(model.call_padded(batch, grids))
+    for row, image in enumerate(x):
+        np.testing.assert_allclose(padded[row], np.asarray(model(image[None]))[0], atol=1e-5, rtol=0)
+    with pytest.raises(ValueError, match=r"one \(rows, cols\) grid per image.*within the padded images' 7 x 9"):
+        model.call_padded(batch, np.array([[1, 9], [7, 1], [4, 4], [6, 10]]))
+
+
+def test_a_padded_mean_under_mixed_bfloat16_is_the_image_alone_s(tmp_path):
+    hf, directory = saved(tmp_path, "siglip2_classifier", positions=5.0)
+    keras.mixed_precision.set_global_policy("mixed_bfloat16")
+    try:
+        model = keras_vit.from_pretrained(str(directory))
+        rng = np.random.default_rng(3)
+        x = [rng.normal(size=shape).astype(np.float32) for shape in ((32, 32), (12, 40))]
+        x = [image[..., None].repeat(3, -1) for image in x]
+        batch, grids = keras_vit.pad_batch(x, 4)
+        padded = np.asarray(model.call_padded(batch, grids), np.float32)
+        alone = [np.asarray(model(image[None]), np.float32)[0] for image in x]
+    finally:
+        keras.mixed_precision.set_global_policy("float32")
+    # bfloat16 keeps 8 bits: the padded batch may differ from the image alone by its rounding only.
+    for row, want in zip(padded, alone):
+        np.testing.assert_allclose(row, want, atol=0.05 * np.abs(want).max(), rtol=0)

@@ -69,3 +69,15 @@ def test_serving_bytes_classifies_each_image_at_its_own_aspect_ratio(classifier,
     predictions, _ = predict_files(model, files, top_k=5)
     for prediction, row in zip(predictions, probabilities):
         np.testing.assert_allclose(row[prediction.indices], prediction.probabilities, atol=1e-6, rtol=0)
+
+
+def test_predict_pads_like_shapes_together_within_twice_the_patch_budget():
+    from keras_vit.model.naflex import batches_by_shape
+
+    grids = [(8, 32), (32, 8), (16, 16), (1, 256), (256, 1), (9, 28), (30, 8)]
+    batches = batches_by_shape(grids, 2 * 256, batch_size=3)
+    assert sorted(i for batch in batches for i in batch) == list(range(len(grids)))  # each image once
+    for batch in batches:
+        rows, cols = max(grids[i][0] for i in batch), max(grids[i][1] for i in batch)
+        assert len(batch) <= 3 and (len(batch) == 1 or rows * cols <= 512), (batch, rows, cols)
+    assert [1, 6] in batches or [6, 1] in batches  # the two tall ones share a batch

@@ -20,8 +20,9 @@ class TokenPooling(keras.layers.Layer):
 
     def __init__(self, classifier="token", num_prefix_tokens=0, **kwargs):
         super().__init__(**kwargs)
-        if classifier not in CLASSIFIERS or classifier == "map":
-            raise ValueError(f"classifier must be one of ('token', 'gap', 'token_gap') (\"map\" is MAPHead), got {classifier!r}.")
+        if classifier not in CLASSIFIERS or classifier in ("map", "attention_pool"):
+            raise ValueError(f"classifier must be one of ('token', 'gap', 'token_gap') (\"map\" is MAPHead, "
+                             f"\"attention_pool\" AttentionPoolingHead), got {classifier!r}.")
         self.classifier = classifier
         self.num_prefix_tokens = int(num_prefix_tokens)
 
@@ -33,8 +34,10 @@ class TokenPooling(keras.layers.Layer):
         if attention_mask is None:
             mean = ops.mean(patches, axis=1)
         else:
-            real = ops.cast(attention_mask[:, self.num_prefix_tokens:, None], patches.dtype)
-            mean = ops.sum(patches * real, axis=1) / ops.sum(real, axis=1)
+            # In float32, as the plain mean of a low-precision model is (Keras' mean), then cast back.
+            real = ops.cast(attention_mask[:, self.num_prefix_tokens:, None], "float32")
+            mean = ops.sum(ops.cast(patches, "float32") * real, axis=1) / ops.sum(real, axis=1)
+            mean = ops.cast(mean, patches.dtype)
         if self.classifier == "gap":
             return mean
         return ops.concatenate([tokens[:, 0], mean], axis=-1)

@@ -19,7 +19,7 @@ here from their definitions):
 from __future__ import annotations
 
 import math
-from typing import Sequence, Tuple
+from typing import List, Sequence, Tuple
 
 import numpy as np
 from keras import ops
@@ -94,9 +94,11 @@ def pad_batch(images: Sequence[np.ndarray], patch_size: int) -> Tuple[np.ndarray
     if not images:
         raise UserError("pad_batch needs at least one image.")
     for image in images:
-        if image.ndim != 3 or image.shape[0] % patch_size or image.shape[1] % patch_size:
+        if (image.ndim != 3 or image.shape[0] % patch_size or image.shape[1] % patch_size
+                or min(image.shape[:2]) < patch_size):
             raise UserError(f"pad_batch takes (height, width, channels) images whose sides are multiples of the "
-                            f"patch size {patch_size}, got {image.shape}: resize each with naflex_size first.")
+                            f"patch size {patch_size} (at least one patch), got {image.shape}: resize each with "
+                            f"naflex_size first.")
     height = max(image.shape[0] for image in images)
     width = max(image.shape[1] for image in images)
     batch = np.zeros((len(images), height, width, images[0].shape[2]), np.float32)
@@ -154,6 +156,18 @@ def positions_per_image(layer, grids, rows: int, cols: int):
     return ops.concatenate([head, resized], axis=1)
 
 
+def _check_grids(grids, batch, rows: int, cols: int) -> None:
+    """Refuses, in one line, grids (given as values, not traced) that do not fit the padded images."""
+    if not isinstance(grids, (np.ndarray, list, tuple)):
+        return  # a tensor: the caller's (pad_batch made it, or the graph does)
+    grids = np.asarray(grids)
+    if (grids.ndim != 2 or grids.shape[1] != 2 or (batch is not None and grids.shape[0] != batch)
+            or grids.min() < 1 or grids[:, 0].max() > rows or grids[:, 1].max() > cols):
+        raise UserError(f"call_padded needs one (rows, cols) grid per image, each at least 1 x 1 and within the "
+                        f"padded images' {rows} x {cols} patches; got {grids.tolist()}. keras_vit.pad_batch makes "
+                        f"both.")
+
+
 def call_padded(model, images, grids, training=False):
     """The model's output for each image of a padded batch, as if it were alone.
 
@@ -168,6 +182,7 @@ def call_padded(model, images, grids, training=False):
     x = model.preprocessing(images) if model.preprocessing is not None else images
     stride = model.config.total_stride
     rows, cols = int(x.shape[1]) // stride, int(x.shape[2]) // stride
+    _check_grids(grids, x.shape[0], rows, cols)
     tokens = model.patch_embedding(x)
     if model.patch_norm is not None:
         tokens = model.patch_norm(tokens)
@@ -199,14 +214,34 @@ def naflex_pixels(pixels: np.ndarray, model) -> np.ndarray:
     return np.round(np.clip(images_lib.resize(pixels, size), 0, 255)).astype(np.float32)
 
 
+def batches_by_shape(grids: Sequence[Tuple[int, int]], most_tokens: int, batch_size: int) -> List[List[int]]:
+    """Indices of images to pad together: sorted by aspect ratio, a batch closes when it holds
+    `batch_size` images or when the next image would make its padded grid (its largest rows x
+    largest cols) exceed `most_tokens` (a tall and a wide image would pad each other to a square)."""
+    order = sorted(range(len(grids)), key=lambda i: grids[i][0] / grids[i][1])
+    batches, rows, cols = [], 0, 0
+    for i in order:
+        r, c = max(rows, grids[i][0]), max(cols, grids[i][1])
+        if not batches or len(batches[-1]) == batch_size or r * c > most_tokens:
+            batches.append([])
+            r, c = grids[i]
+        batches[-1].append(i)
+        rows, cols = r, c
+    return batches
+
+
 def outputs_naflex(model, pixels: Sequence[np.ndarray], batch_size: int = 32) -> np.ndarray:
     """The model's outputs for images 0..255 of any sizes (each (h, w, C) at its NaFlex size),
-    run in padded batches: (B, ...) as numpy."""
+    run in padded batches of like shapes (`batches_by_shape`: at most twice the model's patch
+    budget per image), in the images' order: (B, ...) as numpy."""
     from keras_vit.images import model_inputs
 
-    outputs = []
-    for start in range(0, len(pixels), batch_size):
-        chunk = [np.asarray(model_inputs(model, image[None]))[0] for image in pixels[start:start + batch_size]]
-        batch, grids = pad_batch(chunk, model.config.total_stride)
-        outputs.append(np.asarray(call_padded(model, batch, grids), np.float32))
-    return np.concatenate(outputs)
+    stride = model.config.total_stride
+    grids = [(image.shape[0] // stride, image.shape[1] // stride) for image in pixels]
+    outputs = [None] * len(pixels)
+    for indices in batches_by_shape(grids, 2 * max_patches(model), batch_size):
+        chunk = [np.asarray(model_inputs(model, pixels[i][None]))[0] for i in indices]
+        batch, batch_grids = pad_batch(chunk, stride)
+        for i, row in zip(indices, np.asarray(call_padded(model, batch, batch_grids), np.float32)):
+            outputs[i] = row
+    return np.stack(outputs)

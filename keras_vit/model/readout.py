@@ -45,7 +45,7 @@ class FeatureAPI:
         """
         out = {"embeddings": self.embed(images, training=training)}
         encoded = self.encoder(out["embeddings"], training=training, return_attention_scores=attention,
-                               return_block_outputs=True, **block_inputs(images, self))
+                               return_block_outputs=True, **block_inputs(images, self, training))
         if attention:
             out["tokens"], out["attention"], out["blocks"] = encoded
         else:
@@ -79,7 +79,7 @@ class FeatureAPI:
         """
         chosen = block_indices(self.config.num_layers, indices)
         x = self.embed(images, training=training)
-        inputs = block_inputs(images, self)
+        inputs = block_inputs(images, self, training)
         out = []
         for i, block in enumerate(self.encoder.blocks[:max(chosen) + 1]):
             x = block(x, training=training, **inputs)
@@ -115,13 +115,15 @@ class FeatureAPI:
         return keras.Model(self.inputs[0], self.encoder.output, name=f"{self.name}_backbone")
 
 
-def block_inputs(images, parts) -> dict:
+def block_inputs(images, parts, training=None) -> dict:
     """What every encoder block takes besides the tokens, for these images: the
     rotary embedding's (cos, sin) of their grid in a position_embedding="rope"
-    model (`block(x, **block_inputs(images, model))`); nothing for the others."""
+    model (`block(x, **block_inputs(images, model))`), its coordinates moved in
+    training where the model augments them; nothing for the others. training=None
+    leaves the mode to the caller's context (inside the functional graph: the model's call)."""
     if parts.rotary_embedding is None:
         return {}
-    return {"rope": parts.rotary_embedding(images)}
+    return {"rope": parts.rotary_embedding(images, training=training)}
 
 
 def read_out(tokens, parts, attention_mask=None):

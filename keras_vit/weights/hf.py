@@ -18,7 +18,7 @@ from typing import Dict, List, Optional
 import numpy as np
 
 from keras_vit.utils import console as _console, storage
-from keras_vit.config import ViTConfig
+from keras_vit.config import PROJECTIONS, ViTConfig
 from keras_vit.errors import UserError
 from keras_vit.images import NORMALIZATIONS, pixel_normalization
 from keras_vit.weights.checkpoint import (
@@ -103,7 +103,7 @@ def processor_normalization(directory, where) -> Optional[str]:
 # --- writing ---
 
 def _family_problems(config: ViTConfig) -> List[str]:
-    """What a model read from DeiT, DINOv2, SigLIP or CLIP has that HF's ViT does not compute."""
+    """What a model read from DeiT, DINOv2, SigLIP, AIMv2 or CLIP has that HF's ViT does not compute."""
     problems = []
     if config.distillation_token:
         problems.append("it has DeiT's distillation token")
@@ -121,6 +121,13 @@ def _family_problems(config: ViTConfig) -> List[str]:
         problems.append(f"its final LayerNorm is on the {config.final_norm} vector")
     if config.projection_size:
         problems.append("it ends in a projection (projection_size)")
+    if config.norm != "layer_norm":
+        problems.append(f"its norms are {config.norm!r}")
+    if config.patch_norm:
+        problems.append("it normalises the patch embedding (patch_norm)")
+    if config.projection_biases != PROJECTIONS:
+        missing = sorted(set(PROJECTIONS) - set(config.projection_biases))
+        problems.append(f"its {', '.join(missing)} projections have no bias")
     return problems
 
 

@@ -443,7 +443,10 @@ def dinov3_vit(hf: dict, tensors: Dict[str, np.ndarray], where: str) -> Mapped:
         layer_scale_init=float(c["layerscale_value"]), position_embedding="rope",
         rope_theta=float(c["rope_theta"]), pixel_normalization="imagenet",
         # The coordinates' augmentation in training (fine-tuning), as transformers applies it in train mode.
-        rope_shift=c["pos_embed_shift"], rope_jitter=c["pos_embed_jitter"], rope_rescale=c["pos_embed_rescale"],
+        # An explicit null turns one off (transformers' None): read from the file itself, not _settings,
+        # which fills a null with the default.
+        **{field: hf.get(key, _DINOV3_DEFAULTS[key]) for field, key in (
+            ("rope_shift", "pos_embed_shift"), ("rope_jitter", "pos_embed_jitter"), ("rope_rescale", "pos_embed_rescale"))},
     )
     return Mapped(fields, params, _side(c["image_size"], "image_size", where), None, int(c["num_channels"]))
 

@@ -162,7 +162,7 @@ class MaskedPatchModel(keras.Model):
             return tokens
 
         x = self.vit.encoder(self.vit.embed(images, training=training, patch_hook=corrupt), training=training,
-                             **block_inputs(images, self.vit))
+                             **block_inputs(images, self.vit, training))
         x = x[:, self.vit.num_prefix_tokens:]  # the patch tokens (B, N, D): class/distillation/register tokens off
         return {"logits": self.colour_head(x), **corruption}
 
