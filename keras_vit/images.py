@@ -277,22 +277,29 @@ def model_inputs(model, images):
 def load_image(path, image_size, num_channels=3):
     """Reads one image file as uint8 pixels (H, W, num_channels) at `image_size`.
 
-    `decode`, then `resize` (no cropping), rounded to whole pixels. Raises
-    OSError or ValueError for a missing, unreadable or truncated file.
+    `decode`, then `fit_pixels`. Raises OSError or ValueError for a missing,
+    unreadable or truncated file.
     """
     if num_channels not in (1, 3):
         raise UserError(f"Cannot read image files for a model with {num_channels} channels.")
-    pixels = to_model_pixels(decode(path, num_channels)[None], image_size, num_channels)[0]
-    return np.round(pixels).astype(np.uint8)
+    return fit_pixels(decode(path, num_channels), image_size, num_channels)
+
+
+def fit_pixels(pixels, image_size, num_channels):
+    """Decoded pixels (H, W[, C]) -> uint8 (h, w, num_channels) at `image_size`: resized (no
+    cropping) and rounded to whole pixels. `image_size` is (h, w), or a function of the
+    image's (H, W) giving it (each image at its own size: keras_vit.model.naflex.size_rule)."""
+    size = image_size(*np.shape(pixels)[:2]) if callable(image_size) else image_size
+    return np.round(to_model_pixels(np.asarray(pixels)[None], size, num_channels)[0]).astype(np.uint8)
 
 
 def load_images(paths, image_size, num_channels=3):
     """Reads several files; returns (pixels (B, H, W, C) uint8, paths read, failures).
 
     `failures` is a list of (path, reason) for files that could not be read;
-    they are skipped, not raised.
+    they are skipped, not raised. With `image_size` a function (each image at
+    its own size, `fit_pixels`) the pixels are a list of arrays.
     """
-    height, width = image_size
     images, read, failures = [], [], []
     for path in paths:
         try:
@@ -300,7 +307,9 @@ def load_images(paths, image_size, num_channels=3):
             read.append(path)
         except Exception as error:  # noqa: BLE001 - any decoder error means "skip this file"
             failures.append((str(path), unreadable_reason(path, error)))
-    pixels = np.stack(images) if images else np.zeros((0, height, width, num_channels), np.uint8)
+    if callable(image_size):
+        return images, read, failures
+    pixels = np.stack(images) if images else np.zeros((0, *image_size, num_channels), np.uint8)
     return pixels, read, failures
 
 

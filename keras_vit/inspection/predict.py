@@ -10,7 +10,7 @@ import numpy as np
 
 from keras_vit import runs
 from keras_vit.utils import console as _console
-from keras_vit.images import IMAGE_EXTENSIONS, decode, find_images, load_images, model_inputs, unreadable_reason
+from keras_vit.images import IMAGE_EXTENSIONS, find_images, load_images, model_inputs
 from keras_vit.errors import UserError
 
 # The run folder is read by keras_vit.runs, the one reader of workdirs.
@@ -107,16 +107,13 @@ def predict_files(model, paths, top_k=5, labels=None, batch_size=32, recursive=F
         from tqdm import tqdm
 
         bar = tqdm(total=len(files), unit="img", file=sys.stderr, desc="predict")
-    from keras_vit.model.naflex import is_naflex, outputs_naflex
+    from keras_vit.model.naflex import is_naflex, outputs_naflex, size_rule
 
     predictions, failures = [], []
     own_sizes = image_size is None and is_naflex(model)  # NaFlex: each image at its own grid
     for start in range(0, len(files), batch_size):
         chunk = files[start:start + batch_size]
-        if own_sizes:
-            pixels, read, failed = _load_naflex(chunk, model)
-        else:
-            pixels, read, failed = load_images(chunk, size, model.num_channels)
+        pixels, read, failed = load_images(chunk, size_rule(model) if own_sizes else size, model.num_channels)
         failures.extend(failed)
         if read:
             probabilities = (to_probabilities(model, outputs_naflex(model, pixels, batch_size)) if own_sizes
@@ -134,20 +131,6 @@ def predict_files(model, paths, top_k=5, labels=None, batch_size=32, recursive=F
     if bar is not None:
         bar.close()
     return predictions, failures
-
-
-def _load_naflex(paths, model):
-    """load_images for a NaFlex model: each file at its own NaFlex size (a list of arrays)."""
-    from keras_vit.model.naflex import naflex_pixels
-
-    pixels, read, failures = [], [], []
-    for path in paths:
-        try:
-            pixels.append(naflex_pixels(decode(path, model.num_channels), model))
-            read.append(path)
-        except Exception as error:  # noqa: BLE001 - as load_images: any decoder error skips the file
-            failures.append((str(path), unreadable_reason(path, error)))
-    return pixels, read, failures
 
 
 def folders_without_images(paths, recursive=False):

@@ -179,23 +179,10 @@ def call_padded(model, images, grids, training=False):
     from keras_vit.model.readout import read_out
 
     check_paddable(model)
-    x = model.preprocessing(images) if model.preprocessing is not None else images
     stride = model.config.total_stride
-    rows, cols = int(x.shape[1]) // stride, int(x.shape[2]) // stride
-    _check_grids(grids, x.shape[0], rows, cols)
-    tokens = model.patch_embedding(x)
-    if model.patch_norm is not None:
-        tokens = model.patch_norm(tokens)
-    for prefix_layer in (model.class_token, model.distillation_token):
-        if prefix_layer is not None:
-            tokens = prefix_layer(tokens)
-    if model.position_embedding is not None:
-        tokens = tokens + ops.cast(positions_per_image(model.position_embedding, grids, rows, cols), tokens.dtype)
-    if model.register_tokens is not None:
-        tokens = model.register_tokens(tokens)
-    tokens = model.embedding_dropout(tokens, training=training)
-    if model.pre_norm is not None:
-        tokens = model.pre_norm(tokens)
+    rows, cols = int(images.shape[1]) // stride, int(images.shape[2]) // stride
+    _check_grids(grids, images.shape[0], rows, cols)
+    tokens = model.embed(images, training=training, grids=grids)  # the one embedding path
     mask = grid_mask(grids, rows, cols)
     prefix = model.config.num_prefix_tokens
     if prefix:
@@ -205,13 +192,19 @@ def call_padded(model, images, grids, training=False):
 
 
 
-def naflex_pixels(pixels: np.ndarray, model) -> np.ndarray:
-    """One decoded image (H, W, C) 0..255 at its NaFlex size for `model` (bilinear, antialiased,
-    rounded to whole pixels, as every image keras_vit reads): float32 (h, w, C)."""
-    from keras_vit import images as images_lib
+def size_rule(model):
+    """(height, width) -> the NaFlex size of such an image for `model`: the size function that
+    keras_vit.images.load_images and fit_pixels take."""
+    stride, most = model.config.total_stride, max_patches(model)
+    return lambda height, width: naflex_size(height, width, stride, most)
 
-    size = naflex_size(pixels.shape[0], pixels.shape[1], model.config.total_stride, max_patches(model))
-    return np.round(np.clip(images_lib.resize(pixels, size), 0, 255)).astype(np.float32)
+
+def naflex_pixels(pixels: np.ndarray, model) -> np.ndarray:
+    """One decoded image (H, W, C) 0..255 at its NaFlex size for `model`, as `keras-vit predict`
+    reads a file (keras_vit.images.fit_pixels: bilinear, antialiased, whole pixels): uint8."""
+    from keras_vit.images import fit_pixels
+
+    return fit_pixels(pixels, size_rule(model), model.num_channels)
 
 
 def batches_by_shape(grids: Sequence[Tuple[int, int]], most_tokens: int, batch_size: int) -> List[List[int]]:

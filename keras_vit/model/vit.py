@@ -183,13 +183,14 @@ class ViT(InputGuard, Description, FeatureAPI, keras.Model):
 
             freeze_for_lora(self)
 
-    def embed(self, images, training=False, patch_hook=None):
+    def embed(self, images, training=False, patch_hook=None, grids=None):
         """Images -> the token sequence the encoder sees (B, T, D), through
         the model's own layers (see `embed_images`, which also built the
         model's graph). `patch_hook(tokens) -> tokens` may change the patch
         tokens (B, N, D) before the class token and position embedding
-        (masked patch prediction corrupts them there)."""
-        return embed_images(images, self, training=training, patch_hook=patch_hook)
+        (masked patch prediction corrupts them there); `grids` (B, 2) gives a
+        padded batch each image's own positions (`call_padded`)."""
+        return embed_images(images, self, training=training, patch_hook=patch_hook, grids=grids)
 
     def call_padded(self, images, grids, training=False):
         """The output for each image of a batch padded over different grids, as
@@ -377,7 +378,7 @@ def _preprocessing_layer(normalization):
     return keras.layers.Rescaling(list(1.0 / std), offset=list(-mean / std), name="preprocessing")
 
 
-def embed_images(images, parts, training=None, patch_hook=None):
+def embed_images(images, parts, training=None, patch_hook=None, grids=None):
     """The one embedding path: images -> the tokens the encoder sees (B, T, D).
 
     [preprocessing] -> [padding] -> [ResNet stem] -> patch embedding ->
@@ -389,6 +390,8 @@ def embed_images(images, parts, training=None, patch_hook=None):
     (symbolic tensors) and `ViT.embed` calls it with the model's layers
     (eager or traced), so the two cannot disagree. training=None leaves the
     mode to the caller's context (inside the functional graph: the model's call).
+    grids (B, 2): a padded batch's own grids (ViT.call_padded, `parts` the ViT):
+    each image gets its table resized to its grid (keras_vit.model.naflex).
     """
     x = parts.preprocessing(images) if parts.preprocessing is not None else images
     if parts.padding is not None:
@@ -405,7 +408,12 @@ def embed_images(images, parts, training=None, patch_hook=None):
         if prefix is not None:
             x = prefix(x)  # (B, 1 [+ 1] + N, D)
     position_embedding = parts.position_embedding
-    if position_embedding is not None:
+    if position_embedding is not None and grids is not None:  # a padded batch: each image its own table
+        from keras_vit.model.naflex import positions_per_image
+
+        rows, cols = (int(side) // parts.config.total_stride for side in pixels.shape[1:3])
+        x = x + ops.cast(positions_per_image(position_embedding, grids, rows, cols), x.dtype)
+    elif position_embedding is not None:
         dynamic = getattr(position_embedding, "stride", None) is not None
         x = position_embedding(x, pixels) if dynamic else position_embedding(x)
     if parts.register_tokens is not None:
