@@ -106,6 +106,11 @@ class ViTConfig:
         num_layers: encoder blocks.
         classifier: "token" (a learned class token is prepended and read out)
             or "gap" (global average of the patch tokens, no class token).
+        class_token: whether a learned class token is prepended; None (the
+            default) for classifier "token" and "token_gap", which read it,
+            and no other. True with "gap" is timm's DINOv3 (global_pool="avg"):
+            the class token takes part in attention, the mean of the patch
+            tokens is read out.
         representation_size: width of the pre-logits layer (Dense + tanh) the
             paper uses for pre-training; None drops it (the fine-tuning setup).
         resnet: a ResNetConfig for a hybrid model, else None.
@@ -200,6 +205,7 @@ class ViTConfig:
     num_heads: int
     num_layers: int
     classifier: str = "token"
+    class_token: Optional[bool] = None
     representation_size: Optional[int] = None
     resnet: Optional[ResNetConfig] = None
     dropout_rate: float = 0.0
@@ -346,6 +352,9 @@ class ViTConfig:
             object.__setattr__(self, field, bool(getattr(self, field)))
         if self.distillation_head and not self.distillation_token:
             raise UserError("distillation_head=True reads the distillation token: also set distillation_token=True.")
+        if self.class_token is False and self.classifier in ("token", "token_gap"):
+            raise UserError(f"classifier={self.classifier!r} reads the class token: leave class_token at None (or "
+                            f"True), or pool another way (classifier='gap').")
         if self.distillation_token and self.classifier != "token":
             raise UserError(f"distillation_token=True sits after a class token: use classifier='token' (not "
                             f"{self.classifier!r}).")
@@ -362,7 +371,7 @@ class ViTConfig:
     @property
     def num_prefix_tokens(self) -> int:
         """Tokens before the patch grid in the encoder's sequence: the class
-        token (classifier "token" or "token_gap"), the distillation token,
+        token (has_class_token), the distillation token,
         the registers."""
         return self.num_positioned_prefix_tokens + self.num_register_tokens
 
@@ -370,7 +379,14 @@ class ViTConfig:
     def num_positioned_prefix_tokens(self) -> int:
         """Prefix tokens that have a row in the position table (class and
         distillation tokens; registers are added after the positions)."""
-        return int(self.classifier in ("token", "token_gap")) + int(self.distillation_token)
+        return int(self.has_class_token) + int(self.distillation_token)
+
+    @property
+    def has_class_token(self) -> bool:
+        """A learned class token leads the sequence (class_token, or by default the classifiers that read it)."""
+        if self.class_token is None:
+            return self.classifier in ("token", "token_gap")
+        return bool(self.class_token)
 
     @property
     def total_stride(self) -> int:

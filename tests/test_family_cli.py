@@ -240,3 +240,52 @@ def test_dinov3_starts_the_recipes_that_read_its_parts(recipe, photos, dinov3, t
     assert model.config.position_embedding == "rope" and model.num_prefix_tokens == 3
     registers = torch_model.embeddings.register_tokens.detach().numpy()
     np.testing.assert_allclose(np.asarray(model.register_tokens.tokens), registers, atol=1e-3)
+
+
+def _timm_dinov3(directory):
+    """A DINOv3 in timm's layout (timm/models/eva.py names, timm's config.json) from a random transformers
+    model: timm's mean of the patch tokens, no qkv bias."""
+    from safetensors.numpy import load_file, save_file
+
+    from tests.test_timm_families import timm_dinov3
+
+    config = transformers.DINOv3ViTConfig(**dict(SMALL, num_hidden_layers=2), num_register_tokens=2,
+                                          query_bias=False, value_bias=False)
+    _saved(transformers.DINOv3ViTModel(config), 5, directory / "hf")
+    tensors = timm_dinov3(load_file(str(directory / "hf" / "model.safetensors")))
+    save_file({k: np.ascontiguousarray(v) for k, v in tensors.items()}, str(directory / "model.safetensors"))
+    (directory / "config.json").write_text(json.dumps({
+        "architecture": "vit_small_patch16_dinov3", "num_classes": 0, "model_args": {"num_heads": 2},
+        "pretrained_cfg": {"input_size": [3, 32, 32], "mean": [0.485, 0.456, 0.406], "std": [0.229, 0.224, 0.225]}}))
+
+
+FRONTIER = {
+    # SigLIP2 (NaFlex) trains at one size: the MAP head is the head layer decay leaves at the full rate.
+    "siglip2": lambda d: _saved(transformers.Siglip2VisionModel(transformers.Siglip2VisionConfig(
+        hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64, patch_size=4,
+        num_patches=64)), 4, d),
+    # AIMv2: RMSNorm, no projection biases, its attention pooling in the head group.
+    "aimv2": lambda d: _saved(transformers.Aimv2VisionModel(transformers.Aimv2VisionConfig(**SMALL)), 6, d),
+    "dinov3_timm": _timm_dinov3,
+}
+
+
+@pytest.mark.parametrize("family", sorted(FRONTIER))
+def test_the_frontier_families_fine_tune_with_layer_decay_and_predict(family, photos, tmp_path, capsys):
+    # The recipe that reads the parts most (layer-wise decay: every weight's depth), from each newer
+    # family's checkpoint, then predict from the run, as a user does.
+    import keras_vit
+
+    checkpoint = tmp_path / family
+    checkpoint.mkdir()
+    FRONTIER[family](checkpoint)
+    loaded = keras_vit.from_pretrained(str(checkpoint), include_top=False)
+    model = _recipe_run(checkpoint, "finetune_ld", photos, tmp_path / "run", capsys)
+    capsys.readouterr()
+    assert model.config.classifier == loaded.config.classifier and model.num_classes == len(CLASSES)
+    # The run started from the checkpoint (a learning rate of 1e-6 moves nothing visibly).
+    np.testing.assert_allclose(np.asarray(model.patch_embedding.projection.kernel),
+                               np.asarray(loaded.patch_embedding.projection.kernel), atol=1e-3)
+    assert main(["predict", str(tmp_path / "run"), str(photos / "chelsea" / "0.jpg"), "--json", "--no-progress"]) == 0
+    (predicted,) = [json.loads(line) for line in capsys.readouterr().out.splitlines() if line.startswith("{")]
+    assert sorted(predicted["labels"]) == sorted(CLASSES)

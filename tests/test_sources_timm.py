@@ -9,6 +9,7 @@ import json
 
 import numpy as np
 import pytest
+import torch
 import transformers
 from safetensors.numpy import load_file, save_file
 
@@ -106,7 +107,18 @@ def test_layouts_that_cannot_be_expressed_are_refused_by_name(tmp_path, extra, m
         keras_vit.from_pretrained(str(directory))
 
 
-def test_qkv_without_bias_is_refused_by_name(tmp_path):
-    tensors = {k: v for k, v in timm_state(hf_reference(), tmp_path).items() if not k.endswith("attn.qkv.bias")}
-    with pytest.raises(ValueError, match="qkv_bias=False.*cannot be expressed"):
-        keras_vit.from_pretrained(str(write_timm(tmp_path / "timm", tensors, timm_config())))
+def test_qkv_without_bias_loads_as_projections_without_one(tmp_path):
+    # timm's qkv_bias=False (DINOv3's and AIMv2's builders): query/key/value without a bias
+    # (ViTConfig.projection_biases), the model transformers computes with those biases at zero.
+    hf = hf_reference()
+    with torch.no_grad():  # transformers 5's in-memory names (q_proj, ...) or 4's (query, ...)
+        zeroed = [p.zero_() for name, p in hf.named_parameters()
+                  if name.endswith(("q_proj.bias", "k_proj.bias", "v_proj.bias", "query.bias", "key.bias", "value.bias"))]
+    assert len(zeroed) == 3 * hf.config.num_hidden_layers
+    tensors = {k: v for k, v in timm_state(hf, tmp_path).items() if not k.endswith("attn.qkv.bias")}
+    model = keras_vit.from_pretrained(str(write_timm(tmp_path / "timm", tensors, timm_config())))
+    assert model.config.projection_biases == ("out", "mlp")
+    images = photos(SIZE)
+    np.testing.assert_allclose(np.asarray(model(images)), torch_logits(hf, images), atol=1e-4, rtol=0)
+
+

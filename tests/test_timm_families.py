@@ -1,6 +1,8 @@
 """timm checkpoints of ViT's relatives: DeiT (distilled or not), DINOv2 (with
-and without registers, MLP or SwiGLU), SigLIP (MAP head, or average pooling)
-and CLIP towers.
+and without registers, MLP or SwiGLU), SigLIP and SigLIP2 (MAP head, or
+average pooling), CLIP towers, DINOv3 (timm/models/eva.py: rotary positions,
+gamma_1/2, q_bias/v_bias, SwiGLU's fc1_g/fc1_x, the patch tokens' mean) and
+AIMv2 (RmsNorm, patch_embed.norm, no biases).
 
 timm cannot be imported here (it needs a CUDA torchvision), so each test
 builds a small random transformers model of the family (an independent
@@ -30,7 +32,7 @@ import keras_vit
 from keras_vit.weights.checkpoint import POSEMB_KEY
 from keras_vit.weights.timm import read_timm
 from tests.sources_helpers import perturb_torch
-from tests.test_hf_families import D, HEADS, LAYERS, MLP, images, pixels, small
+from tests.test_hf_families import D, HEADS, LAYERS, MLP, images, naflex, pixels, siglip2_vision, small
 
 CLASSES = 5
 NAMES = ["ant", "bee", "cat", "dog", "eel"]
@@ -188,6 +190,68 @@ def timm_clip(s):
     return out
 
 
+def timm_dinov3(s):
+    """DINOv3ViTModel -> timm's Eva (vit_*_dinov3, timm/models/eva.py): cls_token, reg_token (none
+    when empty), patch_embed.proj, one fused qkv without a bias (q_bias and v_bias beside it on the
+    _qkvb builders; timm's key bias is a buffer, never saved), gamma_1 / gamma_2, the MLP as fc1 /
+    fc2 or SwiGLU's fc1_g (gate) / fc1_x / fc2, norm; no pos_embed (rotary positions)."""
+    e = "embeddings."
+    out = {"cls_token": s[e + "cls_token"], "patch_embed.proj.weight": s[e + "patch_embeddings.weight"],
+           "patch_embed.proj.bias": s[e + "patch_embeddings.bias"], "norm.weight": s["norm.weight"],
+           "norm.bias": s["norm.bias"]}
+    if s[e + "register_tokens"].shape[1]:
+        out["reg_token"] = s[e + "register_tokens"]
+    for i in range(LAYERS):
+        h, b = f"layer.{i}.", f"blocks.{i}."
+        out[b + "attn.qkv.weight"] = np.concatenate([s[h + f"attention.{p}_proj.weight"] for p in "qkv"])
+        if h + "attention.q_proj.bias" in s:
+            out[b + "attn.q_bias"], out[b + "attn.v_bias"] = (s[h + "attention.q_proj.bias"],
+                                                              s[h + "attention.v_proj.bias"])
+        gated = h + "mlp.gate_proj.weight" in s
+        for leaf in ("weight", "bias"):
+            out[b + f"attn.proj.{leaf}"] = s[h + f"attention.o_proj.{leaf}"]
+            out[b + f"norm1.{leaf}"], out[b + f"norm2.{leaf}"] = s[h + f"norm1.{leaf}"], s[h + f"norm2.{leaf}"]
+            if gated:
+                out[b + f"mlp.fc1_g.{leaf}"] = s[h + f"mlp.gate_proj.{leaf}"]
+                out[b + f"mlp.fc1_x.{leaf}"] = s[h + f"mlp.up_proj.{leaf}"]
+            else:
+                out[b + f"mlp.fc1.{leaf}"] = s[h + f"mlp.up_proj.{leaf}"]
+            out[b + f"mlp.fc2.{leaf}"] = s[h + f"mlp.down_proj.{leaf}"]
+        out[b + "gamma_1"], out[b + "gamma_2"] = s[h + "layer_scale1.lambda1"], s[h + "layer_scale2.lambda1"]
+    return out
+
+
+def timm_aimv2(s):
+    """Aimv2VisionModel(use_head=False) -> aimv2_*_patch14_* (timm's VisionTransformer with RmsNorm,
+    embed_norm_layer, SwiGLU, no qkv / proj / MLP biases, class_token=False, global_pool='avg'): the
+    renames of timm's _convert_aimv2 (fc1_g the gate, fc1_x the up projection)."""
+    e = "embeddings."
+    out = {"patch_embed.proj.weight": s[e + "patch_embed.weight"], "patch_embed.proj.bias": s[e + "patch_embed.bias"],
+           "patch_embed.norm.weight": s[e + "rms_norm.weight"], "pos_embed": s[e + "position_embedding.weight"][None],
+           "norm.weight": s["rms_norm.weight"]}
+    for i in range(LAYERS):
+        h, b = f"encoder.layers.{i}.", f"blocks.{i}."
+        out[b + "attn.qkv.weight"] = np.concatenate([s[h + f"attention.{p}_proj.weight"] for p in "qkv"])
+        out[b + "attn.proj.weight"] = s[h + "attention.out_proj.weight"]
+        out[b + "norm1.weight"], out[b + "norm2.weight"] = s[h + "rms_norm1.weight"], s[h + "rms_norm2.weight"]
+        out[b + "mlp.fc1_g.weight"], out[b + "mlp.fc1_x.weight"] = s[h + "ffn.gate_proj.weight"], s[h + "ffn.up_proj.weight"]
+        out[b + "mlp.fc2.weight"] = s[h + "ffn.down_proj.weight"]
+    return out
+
+
+def timm_siglip2(s):
+    """Siglip2VisionModel -> timm's classic vit_*_siglip_*.v2_webli: SigLIP's layout, the patch Linear on
+    (row, column, channel) patches as timm's patch convolution."""
+    weight = s["embeddings.patch_embedding.weight"]
+    patch = int(round((weight.shape[1] // 3) ** 0.5))
+    conv = weight.reshape(-1, patch, patch, 3).transpose(0, 3, 1, 2)
+    return timm_siglip({**s, "embeddings.patch_embedding.weight": np.ascontiguousarray(conv)})
+
+
+def mean_of_patches(prefix):
+    return lambda hf, x: hf(pixel_values=pixels(x)).last_hidden_state[:, prefix:].mean(1)
+
+
 HEAD = {"weight": np.random.default_rng(11).normal(size=(CLASSES, D)).astype(np.float32) * 0.3,
         "bias": np.random.default_rng(12).normal(size=CLASSES).astype(np.float32) * 0.3}
 
@@ -318,6 +382,46 @@ CASES = {
         dict(architecture="vit_base_patch16_clip_224", num_classes=CLASSES, label_names=NAMES,
              model_args=dict(num_heads=HEADS), mean_std=CLIP), 28, 7, ("embeddings.position_embedding.weight", 1),
         dict(mlp_activation="gelu", gelu_approximate=False, projection_size=None, layer_norm_epsilon=1e-5)),
+    # DINOv3 (timm's Eva): rotary positions, no qkv bias, and timm's default pooling, the mean of the
+    # patch tokens after the final norm (the class token and registers attend but are not read).
+    "dinov3": (
+        lambda: transformers.DINOv3ViTModel(transformers.DINOv3ViTConfig(
+            **small(intermediate_size=MLP), num_register_tokens=3, layerscale_value=0.3, query_bias=False,
+            value_bias=False)),
+        mean_of_patches(4), timm_dinov3,
+        dict(architecture="vit_small_patch16_dinov3", num_classes=0, model_args=dict(num_heads=HEADS),
+             mean_std=IMAGENET), 32, 4, None,
+        dict(classifier="gap", class_token=True, position_embedding="rope", rope_theta=100.0,
+             num_register_tokens=3, layer_scale_init=1e-5, projection_biases=("out", "mlp"),
+             layer_norm_epsilon=1e-5, mlp_activation="gelu", pixel_normalization="imagenet")),
+    # ... a _qkvb builder's q_bias / v_bias, SwiGLU (S+ and H+), and the class token (global_pool="token",
+    # upstream's pooling).
+    "dinov3_qkvb_swiglu_token": (
+        lambda: transformers.DINOv3ViTModel(transformers.DINOv3ViTConfig(
+            **small(28, 7, intermediate_size=MLP), use_gated_mlp=True, hidden_act="silu")),
+        attribute("pooler_output"), timm_dinov3,
+        dict(architecture="vit_small_plus_patch16_dinov3_qkvb", num_classes=0, global_pool="token",
+             model_args=dict(num_heads=HEADS), mean_std=IMAGENET), 28, 7, None,
+        dict(classifier="token", class_token=None, mlp_activation="swiglu", mlp_dim=MLP,
+             projection_biases=("query", "key", "value", "out", "mlp"), num_register_tokens=0)),
+    # AIMv2 (timm's VisionTransformer with RmsNorm): the mean of every token after the final norm.
+    "aimv2": (
+        lambda: transformers.Aimv2VisionModel(transformers.Aimv2VisionConfig(**small(28, 7, intermediate_size=MLP),
+                                                                             use_head=False)),
+        mean_of_last_hidden_state, timm_aimv2,
+        dict(architecture="aimv2_large_patch14_224", num_classes=0, model_args=dict(num_heads=HEADS),
+             mean_std=CLIP), 28, 7, ("embeddings.position_embedding.weight", 0),
+        dict(classifier="gap", norm="rms_norm", patch_norm=True, projection_biases=(), mlp_activation="swiglu",
+             layer_norm_epsilon=1e-5, final_norm="tokens", pixel_normalization="clip",
+             position_interpolation="bicubic_antialias")),
+    # SigLIP2 in timm's classic layout (the table's own grid: HF resizes nothing there).
+    "siglip2": (
+        lambda: transformers.Siglip2VisionModel(siglip2_vision(patch_size=4, num_patches=64)),
+        naflex(4, lambda hf, inputs: hf(**inputs).pooler_output), timm_siglip2,
+        dict(architecture="vit_so400m_patch16_siglip_256", num_classes=0, global_pool="map",
+             model_args=dict(num_heads=HEADS), mean_std=HALF), 32, 4, None,
+        dict(classifier="map", gelu_approximate=True, pixel_normalization="minus_one_to_one",
+             position_interpolation="bicubic_antialias")),
 }
 HAS_HEAD = {"deit_distilled", "deit", "clip_classifier"}
 
@@ -450,7 +554,18 @@ def resized_reference(tmp_path, name, hf, size):
 
 
 RESIZED = [("deit_distilled", 44), ("dinov2", 42), ("dinov2_registers", 24), ("registers_positioned", 42),
-           ("siglip", 44), ("gap_fc_norm", 24), ("clip_quickgelu", 40)]
+           ("siglip", 44), ("gap_fc_norm", 24), ("clip_quickgelu", 40), ("aimv2", 35)]
+
+
+@pytest.mark.parametrize("name,size", [("dinov3", (24, 40)), ("dinov3_qkvb_swiglu_token", (35, 21))])
+def test_dinov3_at_any_size_and_aspect_ratio(tmp_path, name, size):
+    # Rotary positions: no table to resize; one model for every grid, as transformers' (and timm's
+    # dynamic_img_size) compute it.
+    hf = build(name)
+    directory, _ = saved_timm(tmp_path, name, hf)
+    model = keras_vit.from_pretrained(str(directory), dynamic_image_size=True)
+    for x in (images(size, seed=3), images(CASES[name][4], seed=4)):
+        np.testing.assert_allclose(np.asarray(model(x)), reference(hf, name, x), atol=1e-4, rtol=0)
 
 
 @pytest.mark.parametrize("name,size", RESIZED)

@@ -316,7 +316,7 @@ def _build_layers(config, grid, include_top, num_classes, classifier_activation,
                                                          use_bias=config.patch_bias, name="embedding")
     if config.patch_norm:
         parts["patch_norm"] = vit_layers.make_norm(config.norm, epsilon, "embedding_norm")
-    if config.classifier in ("token", "token_gap"):
+    if config.has_class_token:
         parts["class_token"] = vit_layers.ClassToken(name="cls")
     if config.distillation_token:
         parts["distillation_token"] = vit_layers.InsertTokens(1, offset=1, name="dist_token")

@@ -180,6 +180,10 @@ def official_layout_error(model, writer: str) -> str:
     if model.config.lora_rank:
         return (f"{model.name} carries LoRA updates, which {writer} cannot hold: merge them first, "
                 f"keras_vit.merge_lora(model) (a training run's model.keras is already merged).")
+    if model.config.has_class_token and model.config.classifier not in ("token", "token_gap"):
+        return (f"{model.name} has a class token it does not read out (classifier={model.config.classifier!r}), "
+                f"which {writer} cannot say (a class token there is read out): save it as .keras instead, e.g. "
+                f"model.save('model.keras').")
     if kind == "learned_1d":
         return ""
     return (f"{model.name} uses position_embedding={kind!r}, which {writer} cannot hold (it has the learned 1-D "

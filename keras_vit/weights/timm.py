@@ -40,6 +40,20 @@ Each layout is computed exactly as timm does:
   CLIP's visual projection: checkpoint_filter_fn) read as the bias-free
   projection; a head with a bias is a classifier.
 - fc_norm (average pooling's LayerNorm after the pooling): final_norm="pooled".
+- global_pool="avg" with a class token: the mean of the patch tokens, the class
+  token attending but not read (classifier "gap", class_token=True).
+- DINOv3 (timm/models/eva.py, Eva with rope_type='dinov3'): no pos_embed but
+  rotary positions, computed as transformers' and keras-vit's (patch centres
+  in [-1, 1] per axis, the half-split rotation, temperature 100); one qkv
+  without a bias, or q_bias / v_bias beside it on the _qkvb builders (the key
+  bias is a zero buffer, never saved); gamma_1 / gamma_2 as layer scale;
+  SwiGLU's fc1_g / fc1_x (S+, H+, 7B); LayerNorm eps 1e-5; registers; pooled
+  by the mean of the patch tokens unless global_pool="token".
+- AIMv2 (aimv2_*): RmsNorm (eps 1e-5) everywhere and on the patch
+  embeddings (patch_embed.norm), SwiGLU, no qkv / proj / MLP biases, no class
+  token, the mean of every token after the final norm.
+- qkv_bias=False, proj_bias=False or an MLP without biases on any timm ViT:
+  ViTConfig.projection_biases; a patch-embedding norm: patch_norm.
 
 What the tensors cannot say is read from timm's architecture name (the
 "architecture" of config.json) as its builders set it: the activation
@@ -58,9 +72,9 @@ about a mean/std other than 0.5.
 
 Refused by name, as keras-vit's ViT cannot compute them: hybrids (a ResNet
 in patch_embed.backbone), QK-norm, norms inside attention or MLP
-(scale_attn_norm / scale_mlp_norm), differential or gated attention, a
-patch-embedding norm, RMSNorm-style norms, qkv_bias=False / proj_bias=False,
-a head_dim other than width / heads, a MAP head that would read prefix tokens
+(scale_attn_norm / scale_mlp_norm), differential or gated attention,
+EVA-02's rotary positions, norms without a bias that the architecture does not
+name RMSNorm, a head_dim other than width / heads, a MAP head that would read prefix tokens
 differently, fc_norm with a MAP head or a distillation head, global pools
 other than token / avg / map, a distilled model without heads (timm's
 features average two tokens), a gated MLP of an architecture not known to
@@ -84,7 +98,6 @@ from keras_vit.weights.checkpoint import (
     Checkpoint,
     activation,
     grid_side,
-    no_qkv_bias,
     read_json,
     read_safetensors,
     rename,
@@ -93,7 +106,7 @@ from keras_vit.weights.checkpoint import (
     torch_map_head,
     torch_norm,
 )
-from keras_vit.weights.layout import ENCODER_NORM
+from keras_vit.weights.layout import ENCODER_NORM, PATCH_NORM
 
 
 # The heads of timm's ViT sizes (the size word of its model names).
@@ -103,6 +116,12 @@ _HEADS = {"tiny": 3, "small": 6, "medium": 8, "base": 12, "large": 16, "huge": 1
 # Size words whose heads depend on the width (timm's builders): ViT-B/16+ (CLIP) is 896 wide with
 # 14 heads; "giant" is 1408 wide with 16 heads (CLIP) or 1536 with 24 (DINOv2).
 _HEADS_BY_WIDTH = {("base", 896): 14, ("giant", 1408): 16, ("giant", 1536): 24}
+# Builders whose heads no size word gives: DINOv3's H+ and 7B (timm/models/eva.py) and AIMv2's
+# (vision_transformer.py: aimv2_large is 1024 wide with 8 heads, not ViT-L's 16).
+_HEADS_BY_NAME = {"vit_huge_plus_patch16_dinov3": 20, "vit_7b_patch16_dinov3": 32,
+                  **{f"aimv2_{size}_patch14_{px}": heads for size, heads in (("large", 8), ("huge", 12), ("1b", 16),
+                                                                              ("3b", 24))
+                     for px in (224, 336, 448)}}
 
 # timm's builders with act_layer='gelu_tanh' (timm/models/vision_transformer.py); every other
 # VisionTransformer uses nn.GELU (exact), and *_clip_quickgelu_* QuickGELU.
@@ -118,12 +137,14 @@ _SWIGLU_PACKED = frozenset({"vit_giant_patch14_dinov2", "vit_giant_patch14_reg4_
                             "vit_giant_patch14_reg1_tipsv2"})
 # Architecture names of the families whose resize and pixels follow timm (non-distilled DeiT
 # and SigLIP with average pooling have the plain layout).
-_FAMILY_NAME = re.compile(r"^deit|dinov2|siglip|_clip_")
+_FAMILY_NAME = re.compile(r"^deit|dinov2|dinov3|siglip|_clip_|^aimv2_")
+# DINOv3's builders (timm/models/eva.py, Eva with rope_type='dinov3'): rotary positions and no table,
+# LayerNorm eps 1e-5, average pooling of the patch tokens by default (global_pool='avg').
+_DINOV3 = re.compile(r"^vit_\w+_dinov3")
 
 _UNSUPPORTED = (
     ("patch_embed.backbone.", "a hybrid (its ResNet lives in patch_embed.backbone, in timm's own layout); use the "
                               "official R50+B/16, R26+S/32 or R+Ti/16 .npz instead"),
-    ("patch_embed.norm.", "a LayerNorm on the patch embeddings (embed_norm_layer)"),
     (".attn.q_norm.", "QK-norm"),
     (".attn.k_norm.", "QK-norm"),
     ("attn_pool.q_norm.", "QK-norm in its attention pooling"),
@@ -173,6 +194,7 @@ def params_from_timm(tensors: Dict[str, np.ndarray], config: ViTConfig) -> Dict[
         POSEMB_KEY: ("pos_embed", None),
     }
     torch_dense(table, "embedding", "patch_embed.proj", kernel=CONV)
+    torch_norm(table, PATCH_NORM, "patch_embed.norm")
     torch_norm(table, "pre_norm", "norm_pre")
     for i in range(config.num_layers):
         torch_block(table, i, f"blocks.{i}.", _BLOCK, heads)
@@ -201,6 +223,8 @@ def _attention_pool(tensors: Dict[str, np.ndarray], config: ViTConfig) -> None:
 def _num_heads(architecture: Optional[str], model_args: dict, width: int, depth: int, mlp: int, where: str) -> int:
     if model_args.get("num_heads"):
         return int(model_args["num_heads"])
+    if architecture and architecture.replace("_qkvb", "") in _HEADS_BY_NAME:
+        return _HEADS_BY_NAME[architecture.replace("_qkvb", "")]
     if architecture:
         words = re.split(r"[_.]", architecture)
         for word in words:
@@ -236,7 +260,7 @@ def _activation(architecture: str, model_args: dict, where: str) -> Tuple[str, b
     return "gelu", False
 
 
-def _check_layout(tensors: Dict[str, np.ndarray], architecture: Optional[str], where: str) -> None:
+def _check_layout(tensors: Dict[str, np.ndarray], architecture: Optional[str], rope: bool, where: str) -> None:
     for marker, what in _UNSUPPORTED:
         if any(marker in key or key.startswith(marker) for key in tensors):
             raise _refuse(where, architecture, what)
@@ -246,27 +270,67 @@ def _check_layout(tensors: Dict[str, np.ndarray], architecture: Optional[str], w
                             f"keras-vit maps.")
         raise UserError(f"{where} is not a timm VisionTransformer checkpoint (no patch_embed.proj.weight / "
                         f"blocks.0.attn.qkv.weight).")
-    if "blocks.0.attn.qkv.bias" not in tensors:
-        raise no_qkv_bias(where)
-    for name, what in (("blocks.0.norm1.bias", "norms without a bias (RMSNorm-style norm_layer)"),
-                       ("blocks.0.attn.proj.bias", "projections without a bias (proj_bias=False)")):
-        if name not in tensors:
-            raise _refuse(where, architecture, what)
     width = int(tensors["patch_embed.proj.weight"].shape[0])
     if tuple(tensors["blocks.0.attn.qkv.weight"].shape) != (3 * width, width):
         raise _refuse(where, architecture, f"attention {tensors['blocks.0.attn.qkv.weight'].shape[0] // 3} wide in "
                                            f"a {width}-wide model (a head_dim other than width / heads)")
-    if "pos_embed" not in tensors:
-        raise _refuse(where, architecture, "no position embedding (pos_embed='none')")
+    if "pos_embed" not in tensors and not rope:
+        raise _refuse(where, architecture, "no position embedding (pos_embed='none'; a DINOv3 with rotary positions "
+                                           "is known by the architecture of timm's config.json: put it next to "
+                                           "model.safetensors)")
+
+
+def _eva_tensors(tensors: Dict[str, np.ndarray]) -> Dict[str, np.ndarray]:
+    """timm's Eva names (DINOv3) as VisionTransformer's: gamma_1 / gamma_2 are the layer scales,
+    and q_bias / v_bias (the _qkvb builders) one qkv bias with a zero key third. timm's key
+    bias is a zero buffer, not saved; a zero key bias computes nothing anyway (it adds q.b to
+    every logit of a query alike, which the softmax ignores)."""
+    out = {}
+    for key, value in tensors.items():
+        for eva, ours in ((".gamma_1", ".ls1.gamma"), (".gamma_2", ".ls2.gamma")):
+            if key.startswith("blocks.") and key.endswith(eva):
+                key = key[:-len(eva)] + ours
+        out[key] = value
+    for key in [k for k in out if k.endswith(".attn.q_bias")]:
+        root = key[:-len("q_bias")]
+        value = out.pop(root + "v_bias", None)
+        if value is not None:
+            query = out.pop(key)
+            out[root + "qkv.bias"] = np.concatenate([query, np.zeros_like(query), value])
+    return out
+
+
+def _projection_biases(tensors: Dict[str, np.ndarray], architecture: Optional[str], where: str) -> Tuple[str, ...]:
+    """Which of the blocks' projections have a bias: timm's qkv_bias, proj_bias and the MLP's."""
+    fc1 = "blocks.0.mlp.fc1_g.bias" if "blocks.0.mlp.fc1_g.weight" in tensors else "blocks.0.mlp.fc1.bias"
+    if (fc1 in tensors) != ("blocks.0.mlp.fc2.bias" in tensors):
+        raise _refuse(where, architecture, "an MLP with a bias in one of its two layers only")
+    biases = [name for name, key in (("query", "qkv"), ("key", "qkv"), ("value", "qkv"), ("out", "proj"))
+              if f"blocks.0.attn.{key}.bias" in tensors]
+    return tuple(biases) + (("mlp",) if fc1 in tensors else ())
+
+
+def _norm_kind(tensors: Dict[str, np.ndarray], architecture: str, model_args: dict, where: str) -> str:
+    """LayerNorm, or RMSNorm where timm's builder (AIMv2) or model_args say so: a LayerNorm
+    without bias still subtracts the mean, so a missing bias alone says nothing."""
+    norm_layer = model_args.get("norm_layer")
+    if norm_layer not in (None, "layernorm", "rmsnorm"):
+        raise _refuse(where, architecture, f"norm_layer={norm_layer!r}")
+    rms = norm_layer == "rmsnorm" or (norm_layer is None and architecture.startswith("aimv2_"))
+    if not rms and "blocks.0.norm1.bias" not in tensors:
+        raise _refuse(where, architecture, "norms without a bias (an RMSNorm-style norm_layer its config does not "
+                                           "name)")
+    return "rms_norm" if rms else "layer_norm"
 
 
 def _pooling(tensors, timm_config, model_args, architecture, where) -> str:
     """timm's global_pool as a keras-vit classifier ("token", "gap" or "map")."""
     has_cls, attn_pool = "cls_token" in tensors, "attn_pool.latent" in tensors
     registers = "reg_token" in tensors
-    # "" (no pooling: a feature extractor) reads like the model's own pooling.
+    # "" (no pooling: a feature extractor) reads like the model's own pooling: DINOv3's builders
+    # average the patch tokens (their class token attends but is not read).
     pool = timm_config.get("global_pool") or model_args.get("global_pool") or (
-        "map" if attn_pool else "token" if has_cls else "avg")
+        "map" if attn_pool else "token" if has_cls and not _DINOV3.match(architecture or "") else "avg")
     include_prefix = bool(model_args.get("pool_include_prefix", False))
     if pool not in ("token", "avg", "map"):
         raise _refuse(where, architecture, f"global_pool={pool!r} (keras-vit pools by the class token, the mean of "
@@ -286,7 +350,7 @@ def _pooling(tensors, timm_config, model_args, architecture, where) -> str:
         if tuple(latent.shape) != (1, 1, width):
             raise _refuse(where, architecture, f"an attention-pool latent of shape {tuple(latent.shape)} (keras-vit's "
                                                f"MAP head has one probe as wide as the tokens)")
-        if has_cls or (registers and not include_prefix):
+        if (has_cls or registers) and not include_prefix:
             raise _refuse(where, architecture, "a MAP head over the patch tokens only, after prefix tokens "
                                                "(keras-vit's MAP head attends over every token)")
         return "map"
@@ -294,12 +358,12 @@ def _pooling(tensors, timm_config, model_args, architecture, where) -> str:
         if not has_cls:
             raise _refuse(where, architecture, "global_pool='token' without a class token")
         return "token"
-    if has_cls or "dist_token" in tensors:
-        raise UserError(f"{where} pools with global_pool='avg' with a class token; keras-vit reads the class token "
-                        f"or averages a model without one.")
-    if registers and include_prefix:
-        raise _refuse(where, architecture, "average pooling over its registers too (pool_include_prefix=True)")
-    return "gap"
+    if "dist_token" in tensors:
+        raise _refuse(where, architecture, "global_pool='avg' with a distillation token (keras-vit's DeiT reads its "
+                                           "two tokens)")
+    if (registers or has_cls) and include_prefix:
+        raise _refuse(where, architecture, "average pooling over its prefix tokens too (pool_include_prefix=True)")
+    return "gap"  # the mean of the patch tokens; a class token, if any, only attends
 
 
 def _tokens(tensors: Dict[str, np.ndarray], image_size: Optional[Tuple[int, int]], patch: int, where: str):
@@ -370,10 +434,12 @@ def read_timm(weights_path, config_path=None, source=None) -> Checkpoint:
     if architecture:
         architecture = str(architecture).split(".")[0]  # a "NAME.TAG" reads as NAME
     model_args = timm_config.get("model_args") or {}
-    tensors = read_safetensors(weights_path)
-    _check_layout(tensors, architecture, where)
-    if "norm_layer" in model_args and model_args["norm_layer"] not in ("layernorm",):
-        raise _refuse(where, architecture, f"norm_layer={model_args['norm_layer']!r}")
+    if (architecture or "").startswith("eva02"):
+        raise _refuse(where, architecture, "EVA-02's rotary positions (interleaved, on every token; keras-vit's are "
+                                           "DINOv3's)")
+    rope = bool(_DINOV3.match(architecture or ""))
+    tensors = _eva_tensors(read_safetensors(weights_path))
+    _check_layout(tensors, architecture, rope, where)
 
     has_dist = "dist_token" in tensors
     has_head = "head.weight" in tensors
@@ -397,6 +463,8 @@ def read_timm(weights_path, config_path=None, source=None) -> Checkpoint:
                         f"(with 'architecture') next to model.safetensors.")
     architecture_name = architecture or ""
     mlp_activation, gelu_approximate = _activation(architecture_name, model_args, where)
+    norm = _norm_kind(tensors, architecture_name, model_args, where)
+    projection_biases = _projection_biases(tensors, architecture, where)
 
     proj = tensors["patch_embed.proj.weight"]  # (D, C, p, p)
     width, channels, patch = int(proj.shape[0]), int(proj.shape[1]), int(proj.shape[2])
@@ -405,7 +473,8 @@ def read_timm(weights_path, config_path=None, source=None) -> Checkpoint:
                         f"are square.")
     depth = len({int(m.group(1)) for k in tensors for m in [re.match(r"blocks\.(\d+)\.", k)] if m})
     if "blocks.0.mlp.fc1_g.weight" in tensors:  # timm's SwiGLU: gate and value in two tensors
-        if model_args.get("act_layer") not in ("silu", "swish") and not architecture_name.startswith("aimv2_"):
+        if (model_args.get("act_layer") not in ("silu", "swish") and not architecture_name.startswith("aimv2_")
+                and not rope):  # AIMv2's and DINOv3's SwiGLU is SiLU-gated
             raise _refuse(where, architecture, "a gated MLP (fc1_g / fc1_x) whose activation is not SiLU")
         mlp, mlp_activation = int(tensors["blocks.0.mlp.fc1_g.weight"].shape[0]), "swiglu"
     else:
@@ -421,7 +490,11 @@ def read_timm(weights_path, config_path=None, source=None) -> Checkpoint:
     image_size = None
     if "input_size" in pretrained:
         image_size = (int(pretrained["input_size"][1]), int(pretrained["input_size"][2]))
-    tensors, grid_tokens, no_embed_class = _tokens(tensors, image_size, patch, where)
+    if rope:  # no table: any size; the model is built at the pretrained size (DINOv3's 256)
+        grid_tokens, no_embed_class = None, False
+        image_size = image_size or (224, 224)
+    else:
+        tensors, grid_tokens, no_embed_class = _tokens(tensors, image_size, patch, where)
     if image_size is not None:
         cropped = (image_size[0] // patch * patch, image_size[1] // patch * patch)
         if cropped != image_size:
@@ -449,8 +522,9 @@ def read_timm(weights_path, config_path=None, source=None) -> Checkpoint:
         classifier=classifier,
         representation_size=(int(tensors["pre_logits.fc.weight"].shape[0]) if "pre_logits.fc.weight" in tensors
                              else None),
-        # Every *_clip_* builder: norm_layer=partial(LayerNorm, eps=1e-5); timm's LayerNorm default is 1e-6.
-        layer_norm_epsilon=1e-5 if "_clip_" in architecture_name else 1e-6,
+        # Every *_clip_*, DINOv3 and AIMv2 builder: norm_layer=partial(LayerNorm or RmsNorm, eps=1e-5);
+        # timm's LayerNorm default is 1e-6.
+        layer_norm_epsilon=1e-5 if "_clip_" in architecture_name or rope or norm == "rms_norm" else 1e-6,
         gelu_approximate=gelu_approximate, mlp_activation=mlp_activation,
         num_register_tokens=int(tensors["reg_token"].shape[1]) if "reg_token" in tensors else 0,
         distillation_token=has_dist, distillation_head=has_dist,
@@ -458,7 +532,11 @@ def read_timm(weights_path, config_path=None, source=None) -> Checkpoint:
         layer_scale_init=(1e-6 if architecture_name.startswith("deit3") else 1e-5) if layer_scale else None,
         pre_norm=pre_norm, patch_bias="patch_embed.proj.bias" in tensors,
         final_norm="pooled" if has_fc_norm else "tokens", projection_size=projection,
+        class_token=True if "cls_token" in tensors and classifier not in ("token",) else None,
+        norm=norm, patch_norm="patch_embed.norm.weight" in tensors, projection_biases=projection_biases,
     )
+    if rope:
+        fields.update(position_embedding="rope", rope_theta=float(model_args.get("rope_temperature", 100.0)))
     normalization = _pixel_normalization(pretrained)
     mean, std = pretrained.get("mean"), pretrained.get("std")
     if family:
