@@ -62,6 +62,20 @@ def _record_memory(request):
             f.write(f"{os.getpid()} {_rss_mb():.0f} {request.node.nodeid}\n")
 
 
+# --- SavedModel and HF artifacts validated by long-lived runners (#36; tests/runners.py) ---------------
+
+@pytest.fixture(scope="session", autouse=True)
+def _long_lived_runners():
+    from keras_vit.export import validate
+    from tests import runners
+
+    original = validate.start_runner
+    validate.start_runner, stop = runners.serve(original)
+    yield
+    validate.start_runner = original
+    stop()
+
+
 # --- one finished run on the bundled digits, built once (#36) ---------------------------------------------
 
 def _shared_root(tmp_path_factory):

@@ -25,6 +25,17 @@ pytestmark = [pytest.mark.slow]
 NUM_TRAIN, NUM_CALIBRATION, NUM_VALIDATION = 3500, 200, 600
 
 
+@pytest.fixture(scope="module", autouse=True)
+def fresh_runners():
+    """Every artifact here runs in a process of its own, as a user's export runs it (elsewhere the
+    suite hands SavedModels and HF folders to a long-lived runner: tests/runners.py)."""
+    from tests import runners
+
+    runners.ENABLED["on"] = False
+    yield
+    runners.ENABLED["on"] = True
+
+
 @pytest.fixture(scope="module")
 def digits():
     return data_lib.mnist_digits(seed=0)  # shuffled: the file is sorted by class

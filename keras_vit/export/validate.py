@@ -33,13 +33,21 @@ def size_bytes(path: str) -> int:
     return sum(os.path.getsize(os.path.join(d, f)) for d, _, files in os.walk(path) for f in files)
 
 
+def start_runner(command: List[str], env: Dict[str, str], timeout: float) -> subprocess.CompletedProcess:
+    """Runs the runner's command line in a new process (its returncode and stderr are read).
+    The test suite hands the SavedModel and HF runs to one long-lived runner process per
+    worker instead (tests/conftest.py): importing TensorFlow or torch for every artifact was
+    a tenth of its time."""
+    return subprocess.run(command, env=env, capture_output=True, text=True, timeout=timeout)
+
+
 def run_fresh(fmt: str, artifact: str, images_file: str, out_file: str, latency_runs: int,
               timeout: float = 1800) -> Dict[str, np.ndarray]:
     """Runs runner.py on the artifact in a new Python process; its outputs as arrays."""
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
     command = [sys.executable, RUNNER, runtime_of(fmt), artifact, images_file, out_file, str(latency_runs)]
     try:
-        done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=timeout)
+        done = start_runner(command, env, timeout)
     except subprocess.TimeoutExpired:
         raise ArtifactFailed(f"loading and running the {fmt} artifact took over {timeout:.0f} s") from None
     if done.returncode != 0:
