@@ -105,7 +105,8 @@ class ViTConfig:
         num_heads: attention heads; must divide `hidden_size`.
         num_layers: encoder blocks.
         classifier: "token" (a learned class token is prepended and read out)
-            or "gap" (global average of the patch tokens, no class token).
+            or "gap" (global average of the patch tokens; no class token unless
+            class_token=True).
         class_token: whether a learned class token is prepended; None (the
             default) for classifier "token" and "token_gap", which read it,
             and no other. True with "gap" is timm's DINOv3 (global_pool="avg"):

@@ -14,13 +14,12 @@ format (`fresh_runners`), as a user's export runs them.
                                           one JSON answer {"returncode", "stderr"} per line)
 """
 
-import contextlib
-import io
 import json
 import os
 import select
 import subprocess
 import sys
+import tempfile
 import traceback
 
 SERVED = ("saved_model", "hf")  # the runtimes whose import costs seconds
@@ -37,13 +36,18 @@ class RunnerServer:
         # answer carries what Python wrote to stderr while it ran, a failure's traceback included.)
 
     def run(self, argv, timeout) -> subprocess.CompletedProcess:
-        self.process.stdin.write(json.dumps(argv) + "\n")
-        self.process.stdin.flush()
-        ready, _, _ = select.select([self.process.stdout], [], [], timeout)
-        if not ready:
-            self.process.kill()
-            raise subprocess.TimeoutExpired(argv, timeout)
-        line = self.process.stdout.readline()
+        try:
+            self.process.stdin.write(json.dumps(argv) + "\n")
+            self.process.stdin.flush()
+        except BrokenPipeError:
+            line = ""
+        else:
+            ready, _, _ = select.select([self.process.stdout], [], [], timeout)
+            if not ready:
+                self.process.kill()
+                self.process.wait()
+                raise subprocess.TimeoutExpired(argv, timeout)
+            line = self.process.stdout.readline()
         if not line:  # it died (a crash in a runtime): as a fresh process that died would
             return subprocess.CompletedProcess(argv, self.process.wait() or 1, "", "the runner process died")
         answer = json.loads(line)
@@ -85,16 +89,26 @@ def _main(runner_path):
     spec = importlib.util.spec_from_file_location("keras_vit_export_runner", runner_path)
     runner = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(runner)
-    answers, sys.stdout = sys.stdout, sys.stderr  # anything a runtime prints stays off the answer channel
+    # The answers go to a copy of stdout; file descriptor 1 itself (what a runtime's C++ code
+    # prints to) becomes stderr's, so nothing but answers reaches the answer channel.
+    answers = os.fdopen(os.dup(1), "w")
+    os.dup2(2, 1)
+    saved_stderr = os.dup(2)
     for line in sys.stdin:
-        errors = io.StringIO()
-        try:
-            with contextlib.redirect_stderr(errors):
+        # Each request's stderr, Python's and native code's alike, in a file of its own: what a fresh
+        # runner's stderr would hold (loggers keep writing to file descriptor 2).
+        with tempfile.TemporaryFile("w+") as errors:
+            os.dup2(errors.fileno(), 2)
+            try:
                 returncode = runner.main(json.loads(line))
-        except Exception:  # what a fresh process would die of, its traceback on stderr
-            returncode = 1
-            errors.write(traceback.format_exc())
-        answers.write(json.dumps({"returncode": returncode, "stderr": errors.getvalue()}) + "\n")
+            except Exception:  # what a fresh process would die of, its traceback on stderr
+                returncode = 1
+                traceback.print_exc()
+            sys.stderr.flush()
+            os.dup2(saved_stderr, 2)
+            errors.seek(0)
+            text = errors.read()
+        answers.write(json.dumps({"returncode": returncode, "stderr": text}) + "\n")
         answers.flush()
 
 

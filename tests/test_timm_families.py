@@ -677,3 +677,25 @@ def test_an_input_size_off_the_patch_grid_is_cropped(tmp_path, capsys):
     config["pretrained_cfg"]["input_size"] = [3, 35, 35]
     model = keras_vit.from_pretrained(str(write(tmp_path, tensors, config)))
     assert model.image_size == (32, 32) and "crop images to that" in capsys.readouterr().err
+
+
+def test_the_other_rotary_models_of_timms_eva_are_refused(tmp_path):
+    # timm's Eva class also builds naver's RoPE-ViT (vit_*_rope_ape_*: gamma_1/2, a pos_embed, a class
+    # token), EVA-02 and PE, whose rotary positions live in buffers no file holds: as a plain ViT they
+    # would compute something else. Only DINOv3's builders are read, by their name.
+    tensors, config = case_files(tmp_path, "dinov3")
+    rope_ape = {**tensors, "pos_embed": np.zeros((1, 65, D), np.float32)}
+    refused(tmp_path, rope_ape, {**config, "architecture": "vit_base_patch16_rope_ape_224"},
+            "Eva models other than DINOv3")
+    with pytest.raises(ValueError, match="DINOv3 is known by the architecture of timm's config.json"):
+        keras_vit.from_pretrained(str(write(tmp_path / "bare", tensors, None) / "model.safetensors"))
+
+
+def test_attention_maps_read_the_row_the_output_reads(tmp_path):
+    # A class token that only attends (timm's DINOv3 average pooling) is not the row a map shows.
+    from keras_vit.inspection.attention import reads_class_token
+
+    for name, reads in (("dinov3", False), ("dinov3_qkvb_swiglu_token", True)):
+        directory, _ = saved_timm(tmp_path / name, name, build(name))
+        model = keras_vit.from_pretrained(str(directory))
+        assert model.class_token is not None and reads_class_token(model) == reads

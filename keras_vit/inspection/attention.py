@@ -8,10 +8,10 @@ a figure set needs the encoder once per image (`forward_batches`).
 Which tokens a map shows:
   * classifier="token": the class token's row (what the read-out token
     attends to), over the patch tokens.
-  * classifier="gap" (and "map"): there is no class token; the model's
-    output is the mean of the patch tokens, so the row that matters is the
-    mean of the patch tokens' query rows. Maps show that mean row, over the
-    patch tokens.
+  * classifier="gap" (and "map"): the model's output is the mean of the
+    patch tokens (a class token, if any, attends but is not read out), so
+    the row that matters is the mean of the patch tokens' query rows. Maps
+    show that mean row, over the patch tokens.
 Prefix tokens (class, DeiT's distillation token, DINOv2's registers:
 `num_prefix_tokens`) are never shown: a map covers the patch grid only.
 """
@@ -33,9 +33,9 @@ def num_prefix_tokens(model):
 
 def reads_class_token(model) -> bool:
     """Whether the model's read-out is its class token (sequence position 0):
-    the row `patch_map` shows. Not for "gap"/"map", whose prefix (registers
-    only) is not what the output reads."""
-    return getattr(model, "class_token", None) is not None
+    the row `patch_map` shows. Not for "gap"/"map", whose prefix (registers,
+    or a class token that only attends) is not what the output reads."""
+    return getattr(model, "class_token", None) is not None and model.config.classifier in ("token", "token_gap")
 
 
 def embed(model, x):

@@ -349,7 +349,8 @@ def _build_layers(config, grid, include_top, num_classes, classifier_activation,
         parts["pooling"] = vit_layers.AttentionPoolingHead(config.num_heads, use_bias="key" in config.projection_biases,
                                                            name="AttentionPool_0")
     else:
-        # A "gap" model's prefix holds registers only; None keeps older files' config as it was.
+        # A "gap" model's prefix (registers, a class token that only attends) is left out of the mean;
+        # None keeps older files' config as it was.
         parts["pooling"] = vit_layers.TokenPooling(config.classifier, num_prefix_tokens=prefix, name="pooling")
     if config.final_norm == "pooled":
         parts["pooled_norm"] = vit_layers.make_norm(config.norm, epsilon, "pooled_norm")

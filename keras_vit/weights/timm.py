@@ -73,7 +73,7 @@ about a mean/std other than 0.5.
 Refused by name, as keras-vit's ViT cannot compute them: hybrids (a ResNet
 in patch_embed.backbone), QK-norm, norms inside attention or MLP
 (scale_attn_norm / scale_mlp_norm), differential or gated attention,
-EVA-02's rotary positions, norms without a bias that the architecture does not
+the other Eva-class models (EVA-01/02, RoPE-ViT, Perception Encoder), norms without a bias that the architecture does not
 name RMSNorm, a head_dim other than width / heads, a MAP head that would read prefix tokens
 differently, fc_norm with a MAP head or a distillation head, global pools
 other than token / avg / map, a distilled model without heads (timm's
@@ -141,6 +141,9 @@ _FAMILY_NAME = re.compile(r"^deit|dinov2|dinov3|siglip|_clip_|^aimv2_")
 # DINOv3's builders (timm/models/eva.py, Eva with rope_type='dinov3'): rotary positions and no table,
 # LayerNorm eps 1e-5, average pooling of the patch tokens by default (global_pool='avg').
 _DINOV3 = re.compile(r"^vit_\w+_dinov3")
+# Other rotary-position builders (EVA-02, naver's RoPE-ViT, Perception Encoder) and Eva's own names.
+_OTHER_ROPE = re.compile(r"^eva|_rope_|^vit_pe_")
+_EVA_KEY = re.compile(r"^blocks\.\d+\.(gamma_[12]|attn\.[qv]_bias)$")
 
 _UNSUPPORTED = (
     ("patch_embed.backbone.", "a hybrid (its ResNet lives in patch_embed.backbone, in timm's own layout); use the "
@@ -434,11 +437,17 @@ def read_timm(weights_path, config_path=None, source=None) -> Checkpoint:
     if architecture:
         architecture = str(architecture).split(".")[0]  # a "NAME.TAG" reads as NAME
     model_args = timm_config.get("model_args") or {}
-    if (architecture or "").startswith("eva02"):
-        raise _refuse(where, architecture, "EVA-02's rotary positions (interleaved, on every token; keras-vit's are "
-                                           "DINOv3's)")
     rope = bool(_DINOV3.match(architecture or ""))
-    tensors = _eva_tensors(read_safetensors(weights_path))
+    tensors = read_safetensors(weights_path)
+    if rope:
+        tensors = _eva_tensors(tensors)
+    elif _OTHER_ROPE.search(architecture or "") or any(_EVA_KEY.search(key) for key in tensors):
+        # timm's Eva class also builds EVA-01/02, naver's RoPE-ViT and PE, whose rotary positions live
+        # in buffers no file holds: only DINOv3's builders are known to compute as keras-vit does.
+        raise _refuse(where, architecture, "the layout of timm's Eva models other than DINOv3 (EVA, RoPE-ViT, "
+                                           "Perception Encoder: rotary positions or norms of their own; a DINOv3 is "
+                                           "known by the architecture of timm's config.json: put it next to "
+                                           "model.safetensors)")
     _check_layout(tensors, architecture, rope, where)
 
     has_dist = "dist_token" in tensors
@@ -523,8 +532,9 @@ def read_timm(weights_path, config_path=None, source=None) -> Checkpoint:
         representation_size=(int(tensors["pre_logits.fc.weight"].shape[0]) if "pre_logits.fc.weight" in tensors
                              else None),
         # Every *_clip_*, DINOv3 and AIMv2 builder: norm_layer=partial(LayerNorm or RmsNorm, eps=1e-5);
-        # timm's LayerNorm default is 1e-6.
-        layer_norm_epsilon=1e-5 if "_clip_" in architecture_name or rope or norm == "rms_norm" else 1e-6,
+        # timm's LayerNorm and RmsNorm default to 1e-6.
+        layer_norm_epsilon=1e-5 if "_clip_" in architecture_name or rope or architecture_name.startswith("aimv2_")
+        else 1e-6,
         gelu_approximate=gelu_approximate, mlp_activation=mlp_activation,
         num_register_tokens=int(tensors["reg_token"].shape[1]) if "reg_token" in tensors else 0,
         distillation_token=has_dist, distillation_head=has_dist,
