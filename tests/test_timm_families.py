@@ -689,6 +689,9 @@ def test_the_other_rotary_models_of_timms_eva_are_refused(tmp_path):
             "Eva models other than DINOv3")
     with pytest.raises(ValueError, match="DINOv3 is known by the architecture of timm's config.json"):
         keras_vit.from_pretrained(str(write(tmp_path / "bare", tensors, None) / "model.safetensors"))
+    # The control: DINOv3 itself, with the rotary periods a converted file may keep (recomputed, not read).
+    periods = {**tensors, "rope.periods": np.ones(D // HEADS // 4, np.float32)}
+    assert keras_vit.from_pretrained(str(write(tmp_path / "dinov3", periods, config))).config.position_embedding == "rope"
 
 
 def test_attention_maps_read_the_row_the_output_reads(tmp_path):

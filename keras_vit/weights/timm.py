@@ -290,6 +290,8 @@ def _eva_tensors(tensors: Dict[str, np.ndarray]) -> Dict[str, np.ndarray]:
     every logit of a query alike, which the softmax ignores)."""
     out = {}
     for key, value in tensors.items():
+        if key.startswith("rope."):  # buffers a converted file may keep (Meta's bfloat16 periods): recomputed
+            continue
         for eva, ours in ((".gamma_1", ".ls1.gamma"), (".gamma_2", ".ls2.gamma")):
             if key.startswith("blocks.") and key.endswith(eva):
                 key = key[:-len(eva)] + ours
