@@ -226,8 +226,9 @@ def _attention_pool(tensors: Dict[str, np.ndarray], config: ViTConfig) -> None:
 def _num_heads(architecture: Optional[str], model_args: dict, width: int, depth: int, mlp: int, where: str) -> int:
     if model_args.get("num_heads"):
         return int(model_args["num_heads"])
-    if architecture and architecture.replace("_qkvb", "") in _HEADS_BY_NAME:
-        return _HEADS_BY_NAME[architecture.replace("_qkvb", "")]
+    builder = (architecture or "").replace("_qkvb", "")  # the _qkvb builders have their base's sizes
+    if builder in _HEADS_BY_NAME:
+        return _HEADS_BY_NAME[builder]
     if architecture:
         words = re.split(r"[_.]", architecture)
         for word in words:
