@@ -93,6 +93,7 @@ def broken_builds(tmp_path_factory):
 
 
 @pytest.mark.parametrize("breakage", sorted(BREAKAGES))
+@pytest.mark.slow
 def test_the_strict_build_fails_on(breakage, broken_builds):
     code, output = broken_builds[breakage]
     assert code != 0, output[-2000:]

@@ -216,6 +216,7 @@ def test_overlays_are_drawn_round_the_classes_22_10():
     assert figures.choose_overlays(2, 4, ["a", "a"]) == [0, 1]
 
 
+@pytest.mark.slow
 def test_inspect_rollout_spans_classes_with_file_and_true_class_at_their_aspect_22_10(saved, tmp_path, monkeypatch,
                                                                                     capsys):
     """#22.10: `keras-vit inspect --image FOLDER --recursive` on class sub-folders of non-square photos."""

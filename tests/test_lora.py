@@ -96,6 +96,7 @@ def test_merging_gives_a_plain_model_with_the_same_outputs(tmp_path):
     assert merge_lora(merged) is merged and keras_vit.merge_lora is merge_lora
 
 
+@pytest.mark.slow
 def test_vit_b16_with_peft_s_guide_settings_trains_what_peft_reports():
     """peft's image-classification guide (ViT-B/16, r=16 on query and value, the classifier of
     101 classes trained): "trainable params: 667,493". The position table is frozen, so a
@@ -181,6 +182,7 @@ def test_a_lora_run_changes_only_the_updates_and_the_head(digits_run, tmp_path, 
     np.testing.assert_allclose(load_adapter(workdir)(images), merged_model(images), atol=1e-6)
 
 
+@pytest.mark.slow
 def test_an_unmerged_lora_model_file_is_weights_as_its_function(tmp_path):
     """A .keras file saved with its updates (not a run's model.keras) starts a run as the
     function it computes: merged, not refused and not stacked under new updates."""

@@ -100,6 +100,7 @@ def test_get_config_round_trip():
     assert clone.count_params() == model.count_params()
 
 
+@pytest.mark.slow
 def test_jit_compile_matches_eager(rng):
     model = keras_vit.ViT(tiny_config(), image_size=16, num_classes=3)
     model.head.kernel.assign(rng.normal(size=(32, 3)).astype("float32"))

@@ -40,6 +40,9 @@ from keras_vit.inspection import predict
 from . import image_files
 from .conftest import tiny_config
 
+# The module's SavedModel costs 21 s to export and validate: make test runs it, make test-fast does not (#36).
+pytestmark = pytest.mark.slow
+
 LABELS = [f"class {i}" for i in range(5)]
 
 

@@ -212,6 +212,7 @@ def test_save_pretrained_replaces_the_directory_whole_and_keeps_it_on_failure(tm
     assert (tmp_path / "out" / "README.md").read_text() == "mine"
 
 
+@pytest.mark.slow
 def test_a_transformers_folder_as_train_weights_fine_tunes_its_encoder(tmp_path, capsys):
     """#30: `keras-vit train --weights HF_FOLDER` (as predict/export take it): the folder's
     architecture and numerics, its encoder exactly, a new zero head."""

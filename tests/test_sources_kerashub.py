@@ -32,7 +32,7 @@ def test_backbone_preset_loads_with_keras_hub_outputs(tmp_path):
     np.testing.assert_allclose(np.asarray(model(images)), expected, atol=1e-4, rtol=0)
 
 
-@pytest.mark.parametrize("intermediate_dim", [None, 16])
+@pytest.mark.parametrize("intermediate_dim", [None, pytest.param(16, marks=pytest.mark.slow)])  # the second: make test (#36)
 def test_classifier_preset_through_keras_hubs_loader(tmp_path, intermediate_dim):
     task = keras_hub.models.ViTImageClassifier(backbone=backbone(), num_classes=3, preprocessor=None,
                                                intermediate_dim=intermediate_dim)

@@ -40,6 +40,7 @@ def test_mnist_digits_learn(learned):
     assert any((workdir / "tensorboard").iterdir())
 
 
+@pytest.mark.slow
 def test_model_keras_reproduces_the_eval_accuracy(learned):
     import keras
 
@@ -52,6 +53,7 @@ def test_model_keras_reproduces_the_eval_accuracy(learned):
     assert np.mean(np.argmax(logits, -1) == labels) == pytest.approx(results["eval"]["accuracy"], abs=1e-3)
 
 
+@pytest.mark.slow
 def test_weights_from_a_workdir_transfer_the_encoder(learned, tmp_path):
     workdir, _ = learned
     source = {w.path: w.numpy() for w in __import__("keras").models.load_model(workdir / "model.keras").weights}
@@ -91,6 +93,7 @@ def test_remat_trains_the_same_network_in_the_same_steps(tmp_path):
         np.testing.assert_allclose(b, a, rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.slow
 def test_nan_loss_stops_and_keeps_the_last_good_checkpoint(tmp_path):
     config = tiny_config(tmp_path, optimizer="sgd", learning_rate=1e6, grad_clip_norm=None, steps=20,
                          checkpoint_every=1)
