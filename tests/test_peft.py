@@ -159,3 +159,94 @@ def test_a_lora_run_from_a_vit_folder_writes_an_adapter_peft_loads(vit_adapter, 
         expected = adapted(pixel_values=pixels(digits)).logits.numpy()
     np.testing.assert_allclose(model(digits), expected, atol=1e-4, rtol=1e-4)
     assert np.abs(model(digits)).max() > 1e-3  # the head moved: the comparison means something
+
+
+def _tower_features(hf, digits):
+    return hf(pixel_values=pixels(digits)).pooler_output.numpy()
+
+
+def _logits_of(hf, digits):
+    return hf(pixel_values=pixels(digits)).logits.numpy()
+
+
+def _headless(model):
+    from keras_vit.weights.npz import load_checkpoint, variables_by_key
+
+    headless = keras_vit.ViT(model.config, image_size=model.image_size, include_top=False,
+                             num_channels=model.num_channels)
+    load_checkpoint(headless, {key: np.asarray(v) for key, v in variables_by_key(model).items()})
+    return headless
+
+
+# (a random transformers base, what its adapted model gives, whether the run's head is in the
+# adapter): a classifier whose kind is ours saves the head; a bare tower the updates alone.
+FAMILY_RUNS = {
+    "deit": (lambda: transformers.DeiTForImageClassification(transformers.DeiTConfig(**SMALL, num_labels=5)),
+             _logits_of, True),
+    "dinov2_classifier": (lambda: transformers.Dinov2ForImageClassification(
+        transformers.Dinov2Config(**SMALL, num_labels=5)), _logits_of, True),
+    "siglip_tower": (lambda: transformers.SiglipVisionModel(transformers.SiglipVisionConfig(**SMALL)),
+                     _tower_features, False),
+    "clip_tower": (lambda: transformers.CLIPVisionModel(transformers.CLIPVisionConfig(**SMALL)),
+                   _tower_features, False),
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("family", sorted(FAMILY_RUNS))
+def test_a_lora_run_from_a_family_folder_writes_an_adapter_peft_loads(family, tmp_path):
+    """DeiT, DINOv2, SigLIP and CLIP bases: the run's WORKDIR/peft names the class it applies to
+    (adapter_config.json's auto_mapping); peft applies it to that class of the base and gives the
+    run's logits (the head saved) or its features (a bare tower: the updates alone)."""
+    from keras_vit.training import TrainConfig, train
+
+    make, output, with_head = FAMILY_RUNS[family]
+    base_model = make()
+    perturb_torch(base_model, seed=4)
+    base_model.save_pretrained(tmp_path / "base")
+    config = TrainConfig.create("finetune", weights=str(tmp_path / "base"), dataset="mnist5k", image_size=32, steps=2,
+                                batch_size=8, warmup_steps=0, learning_rate=0.05, eval_batch_size=100,
+                                workdir=str(tmp_path / "run"), lora_rank=2, lora_alpha=3,
+                                lora_targets=("query", "value", "out", "mlp"), progress=False, jit_compile=False,
+                                strategy="default")
+    folder = train(config)["peft_adapter_path"]
+    settings = json.loads((tmp_path / "run" / "peft" / "adapter_config.json").read_text())
+    assert settings["auto_mapping"]["base_model_class"] == type(base_model).__name__
+    assert (settings["modules_to_save"] == ["classifier"]) == with_head
+    cls = getattr(transformers, type(base_model).__name__)
+    hf = (cls.from_pretrained(tmp_path / "base", num_labels=10, ignore_mismatched_sizes=True) if with_head
+          else cls.from_pretrained(tmp_path / "base"))
+    adapted = peft.PeftModel.from_pretrained(hf, folder).eval()
+    model = keras_vit.load_model(str(tmp_path / "run"))
+    if not with_head:  # the run's encoder without its head: what the tower's pooler_output is
+        model = _headless(model)
+    with torch.no_grad():
+        expected = output(adapted, IMAGES)
+    np.testing.assert_allclose(model(IMAGES), expected, atol=1e-4, rtol=1e-4)
+    # Every tensor written is where peft keeps it (two steps move a tower's updates little, so
+    # the outputs alone could not tell an update left out).
+    loaded = {key.replace(".default.", "."): value.numpy() for key, value in adapted.state_dict().items()}
+    written = load_file(tmp_path / "run" / "peft" / "adapter_model.safetensors")
+    assert len(written) == 2 * 5 * SMALL["num_hidden_layers"] + 2 * with_head  # A and B of 5 modules a block
+    for key, value in written.items():
+        np.testing.assert_array_equal(loaded[key.replace("classifier.", "classifier.modules_to_save.")], value)
+    assert max(np.abs(v).max() for k, v in written.items() if "lora_B" in k) > 0
+
+
+def test_swiglu_updates_have_no_peft_module_and_write_no_peft_folder(tmp_path):
+    """DINOv2's SwiGLU holds its gate and up projections as one keras_vit fc1 and two transformers
+    modules: a run adapting the MLP writes no peft folder (its adapter.safetensors stays); one
+    adapting attention alone writes it."""
+    from keras_vit.runs.adapter import PeftBase, write_peft_adapter
+
+    base = PeftBase("facebook/dinov2-small", {"model_type": "dinov2", "architectures": ["Dinov2Model"]})
+    config = keras_vit.ViTConfig(patch_size=8, hidden_size=24, mlp_dim=32, num_heads=2, num_layers=1,
+                                 mlp_activation="swiglu", lora_rank=2)
+    attention_only = keras_vit.ViT(config, image_size=16, num_classes=3)
+    folder = write_peft_adapter(tmp_path / "attention", attention_only, base)
+    written = json.loads((tmp_path / "attention" / "peft" / "adapter_config.json").read_text())
+    assert folder is not None and written["auto_mapping"]["base_model_class"] == "Dinov2Model"
+    assert written["target_modules"] == ["q_proj", "v_proj"] and written["modules_to_save"] is None
+    with_mlp = keras_vit.ViT(config.replace(lora_targets=("query", "mlp")), image_size=16, num_classes=3)
+    assert write_peft_adapter(tmp_path / "mlp", with_mlp, base) is None
+    assert not (tmp_path / "mlp" / "peft").exists()

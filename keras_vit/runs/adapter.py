@@ -11,6 +11,7 @@ safetensors holds arrays only: reading one runs no code.
 from __future__ import annotations
 
 import json
+from typing import NamedTuple, Optional, Tuple
 
 import numpy as np
 
@@ -81,16 +82,59 @@ def apply_adapter(vit, tensors: dict) -> None:
 # --- peft's layout --------------------------------------------------------------------------------
 
 PEFT_DIR = "peft"  # <workdir>/peft: adapter_config.json + adapter_model.safetensors
-# The key table's block parts -> transformers 5's module names in ViTForImageClassification
-# (what peft saves: module paths, not file names; keras_vit.weights.peft reads them back).
-_PEFT_MODULES = {"query": "attention.q_proj", "key": "attention.k_proj", "value": "attention.v_proj",
-                 "out": "attention.o_proj", "fc1": "mlp.fc1", "fc2": "mlp.fc2"}
+# transformers 5's module names, which peft saves (module paths, not file names; keras_vit.weights.peft
+# reads both generations back). The key table's block parts -> the module in a block:
+_ATTENTION_PARTS = {"query": "attention.q_proj", "key": "attention.k_proj", "value": "attention.v_proj",
+                    "out": "attention.o_proj", "fc1": "mlp.fc1", "fc2": "mlp.fc2"}
+_TOWER_PARTS = {"query": "self_attn.q_proj", "key": "self_attn.k_proj", "value": "self_attn.v_proj",
+                "out": "self_attn.out_proj", "fc1": "mlp.fc1", "fc2": "mlp.fc2"}
 
 
-def peft_base(base) -> "str | None":
-    """What peft's base_model_name_or_path is for a run's --weights: an HF transformers ViT
-    folder (its path) or `hf:ORG/NAME` (ORG/NAME); None for any other base, which peft
-    cannot load."""
+class PeftFamily(NamedTuple):
+    """A transformers family as peft sees it: its blocks' path and their parts, and the classes a
+    base folder is loaded as, each with the path its encoder sits under."""
+    blocks: str  # "layers.{i}." under the class's prefix
+    parts: dict
+    classifier: Optional[Tuple[str, str, str]]  # (class, prefix, keras_vit's classifier kind) with a `classifier`
+    bare: Optional[Tuple[str, str]]  # (class, prefix) of the encoder alone; None: always the classifier's
+    others: Tuple[Tuple[str, str], ...] = ()  # other classes a base's config.json may name
+
+
+# Per config.json model_type. ViT's and DeiT's classifier reads the class token after the final
+# norm, as a keras_vit head on any such base does: a bare ViTModel base gets the classifier class.
+# DINOv2's classifier reads the class token beside the patch tokens' mean and SigLIP's the tokens'
+# mean: only a base that has it gives the run that head (keras_vit.weights.hf_families), so a run
+# from a bare tower writes the updates alone, for the tower's own class (CLIP's classifier is not read).
+_TOWERS = {"CLIPModel": "vision_model.", "CLIPVisionModelWithProjection": "vision_model.",
+           "SiglipModel": "vision_model."}
+PEFT_FAMILIES = {
+    "vit": PeftFamily("layers.{i}.", _ATTENTION_PARTS, ("ViTForImageClassification", "vit.", "token"), None),
+    "deit": PeftFamily("layers.{i}.", _ATTENTION_PARTS, ("DeiTForImageClassification", "deit.", "token"), None),
+    "dinov2": PeftFamily("encoder.layer.{i}.", _ATTENTION_PARTS,
+                         ("Dinov2ForImageClassification", "dinov2.", "token_gap"), ("Dinov2Model", "")),
+    "dinov2_with_registers": PeftFamily(
+        "encoder.layer.{i}.", _ATTENTION_PARTS,
+        ("Dinov2WithRegistersForImageClassification", "dinov2_with_registers.", "token_gap"),
+        ("Dinov2WithRegistersModel", "")),
+    "clip": PeftFamily("encoder.layers.{i}.", _TOWER_PARTS, None, ("CLIPVisionModel", ""), tuple(_TOWERS.items())),
+    "siglip": PeftFamily("encoder.layers.{i}.", _TOWER_PARTS,
+                         ("SiglipForImageClassification", "vision_model.", "gap"), ("SiglipVisionModel", ""),
+                         tuple(_TOWERS.items())),
+}
+PEFT_FAMILIES["clip_vision_model"] = PEFT_FAMILIES["clip"]
+PEFT_FAMILIES["siglip_vision_model"] = PEFT_FAMILIES["siglip"]
+_MODULE_OF = {"clip_vision_model": "clip", "siglip_vision_model": "siglip"}  # transformers.models.<module>
+
+
+class PeftBase(NamedTuple):
+    name: str  # peft's base_model_name_or_path
+    config: dict  # the base's config.json
+
+
+def peft_base(base) -> "PeftBase | None":
+    """What peft's base_model_name_or_path is for a run's --weights: an HF transformers folder (its
+    path) or `hf:ORG/NAME` (ORG/NAME) of a family in PEFT_FAMILIES, with its config.json; None
+    for any other base, which peft cannot load."""
     import os
 
     from keras_vit.weights.checkpoint import read_json
@@ -103,40 +147,63 @@ def peft_base(base) -> "str | None":
         config = cached_file(name, "config.json", revision or None)
     else:
         name, config = base, os.path.join(base, "config.json")
-    if config is None or not os.path.isfile(config) or read_json(config).get("model_type") != "vit":
+    if config is None or not os.path.isfile(config):
         return None
-    return name
+    settings = read_json(config)
+    return PeftBase(name, settings) if settings.get("model_type") in PEFT_FAMILIES else None
 
 
-def write_peft_adapter(workdir, vit, base: str) -> str:
-    """The LoRA updates and the head of `vit` as the peft adapter folder a PyTorch user
-    loads with peft.PeftModel.from_pretrained(ViTForImageClassification of `base`, folder):
-    lora_A.weight = A^T (r, in), lora_B.weight = B^T (out, r) under transformers 5's module
-    names, the head as modules_to_save. -> the folder."""
+def _peft_class(family: PeftFamily, architecture: Optional[str], classifier: str) -> Tuple[str, str, bool]:
+    """(class, prefix, whether our head is its `classifier`) the adapter applies to."""
+    if family.classifier is not None:
+        name, prefix, kind = family.classifier
+        if family.bare is None or architecture == name:
+            return name, prefix, classifier == kind
+    others = dict(family.others)
+    return (architecture, others[architecture], False) if architecture in others else (*family.bare, False)
+
+
+def write_peft_adapter(workdir, vit, base: PeftBase) -> "str | None":
+    """The LoRA updates (and the head, where the base's class has it) of `vit` as the peft adapter
+    folder a PyTorch user loads with peft.PeftModel.from_pretrained(<adapter_config.json's
+    auto_mapping base_model_class> of `base`, folder): lora_A.weight = A^T (r, in),
+    lora_B.weight = B^T (out, r) under transformers 5's module names, the head as
+    modules_to_save. -> the folder; None where an update has no module of that name (SwiGLU's
+    fused fc1, which transformers holds as two)."""
     from safetensors.numpy import save
 
     from keras_vit.model.lora import adapter_params
     from keras_vit.weights.layout import BLOCK_PARTS, block_of
 
-    lora = vit.config.lora
+    model_type = base.config["model_type"]
+    family = PEFT_FAMILIES[model_type]
+    class_name, prefix, with_head = _peft_class(family, (base.config.get("architectures") or [None])[0],
+                                                vit.config.classifier)
     parts = {path: name for name, path in BLOCK_PARTS.items()}
     tensors, targets = {}, set()
     for key, value in adapter_params(vit).items():
         if key.startswith("head/"):
-            leaf = "weight" if key.endswith("kernel") else "bias"
-            tensors[f"base_model.model.classifier.{leaf}"] = value.T if leaf == "weight" else value
+            if with_head:
+                leaf = "weight" if key.endswith("kernel") else "bias"
+                tensors[f"base_model.model.classifier.{leaf}"] = value.T if leaf == "weight" else value
             continue
         block, (path, leaf) = block_of(key), key.split("/", 2)[2].rsplit("/", 1)
-        module = _PEFT_MODULES[parts[path]]
+        part = parts[path]
+        if part in ("fc1", "fc2") and vit.config.mlp_activation == "swiglu":
+            return None
+        module = prefix + family.blocks.format(i=block) + family.parts[part]
         targets.add(module.rsplit(".", 1)[1])
         factor = "lora_A" if leaf == "lora_a" else "lora_B"
-        tensors[f"base_model.model.vit.layers.{block}.{module}.{factor}.weight"] = np.ascontiguousarray(value.T)
-    settings = {"peft_type": "LORA", "base_model_name_or_path": base, "r": lora["rank"],
-                "lora_alpha": lora["alpha"], "target_modules": sorted(targets), "modules_to_save": ["classifier"],
+        tensors[f"base_model.model.{module}.{factor}.weight"] = np.ascontiguousarray(value.T)
+    lora = vit.config.lora
+    settings = {"peft_type": "LORA", "base_model_name_or_path": base.name, "r": lora["rank"],
+                "lora_alpha": lora["alpha"], "target_modules": sorted(targets),
+                "modules_to_save": ["classifier"] if with_head else None,
                 "lora_dropout": 0.0, "bias": "none", "use_rslora": False, "use_dora": False,
                 "fan_in_fan_out": False, "task_type": None, "inference_mode": True,
-                "auto_mapping": {"base_model_class": "ViTForImageClassification",
-                                 "parent_library": "transformers.models.vit.modeling_vit"}}
+                "auto_mapping": {"base_model_class": class_name,
+                                 "parent_library": f"transformers.models.{_MODULE_OF.get(model_type, model_type)}"
+                                                   f".modeling_{_MODULE_OF.get(model_type, model_type)}"}}
     folder = storage.join(workdir, PEFT_DIR)
     storage.makedirs(folder)
     storage.write_bytes(storage.join(folder, "adapter_model.safetensors"),

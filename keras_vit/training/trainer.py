@@ -462,8 +462,9 @@ class Trainer:
             vit, workdir = find_vit(self.model), self.plan.config.workdir
             results["adapter_path"] = write_adapter(workdir, vit, self.requested.weights)
             base = peft_base(self.requested.weights) if vit.pre_logits is None else None
-            if base is not None:  # an HF transformers ViT base: the same adapter in peft's layout, for PyTorch
-                results["peft_adapter_path"] = write_peft_adapter(workdir, vit, base)
+            folder = None if base is None else write_peft_adapter(workdir, vit, base)
+            if folder is not None:  # an HF transformers base: the same adapter in peft's layout, for PyTorch
+                results["peft_adapter_path"] = folder
         results["wall_time_s"] = time.time() - self.started
         self.segment.update(end_step=self.step, ended="finished", train=self.last_logs, eval=final,
                             images_per_sec=results["images_per_sec"], wall_time_s=results["wall_time_s"])
