@@ -150,7 +150,8 @@ def test_a_lora_run_from_a_vit_folder_writes_an_adapter_peft_loads(vit_adapter, 
     results = train(config)
     folder = results["peft_adapter_path"]
     settings = json.loads((tmp_path / "run" / "peft" / "adapter_config.json").read_text())
-    assert settings["target_modules"] == ["fc1", "fc2", "o_proj", "q_proj"] and settings["base_model_name_or_path"] == base
+    assert settings["target_modules"] == [f"vit.layers.{i}.{module}" for i in range(2) for module in (
+        "attention.o_proj", "attention.q_proj", "mlp.fc1", "mlp.fc2")] and settings["base_model_name_or_path"] == base
     hf = transformers.ViTForImageClassification.from_pretrained(base, num_labels=10, ignore_mismatched_sizes=True)
     adapted = peft.PeftModel.from_pretrained(hf, folder).eval()
     model = keras_vit.load_model(str(tmp_path / "run"))
@@ -165,8 +166,28 @@ def _tower_features(hf, digits):
     return hf(pixel_values=pixels(digits)).pooler_output.numpy()
 
 
+def _image_features(hf, digits):  # a full CLIPModel's: the tower's, projected
+    return hf.get_image_features(pixel_values=pixels(digits)).pooler_output.numpy()
+
+
 def _logits_of(hf, digits):
     return hf(pixel_values=pixels(digits)).logits.numpy()
+
+
+# (a random transformers base, what its adapted model gives, the modules the run's heads are):
+# a classifier of the run's head's kind is saved; a bare tower gets the updates alone.
+FAMILY_RUNS = {
+    "deit_with_teacher": (lambda: transformers.DeiTForImageClassificationWithTeacher(
+        transformers.DeiTConfig(**SMALL, num_labels=5)), _logits_of, ["cls_classifier", "distillation_classifier"]),
+    "dinov2_classifier": (lambda: transformers.Dinov2ForImageClassification(
+        transformers.Dinov2Config(**SMALL, num_labels=5)), _logits_of, ["classifier"]),
+    "siglip_classifier": (lambda: transformers.SiglipForImageClassification(
+        transformers.SiglipConfig(vision_config=SMALL, num_labels=5)), _logits_of, ["classifier"]),
+    "siglip_tower": (lambda: transformers.SiglipVisionModel(transformers.SiglipVisionConfig(**SMALL)),
+                     _tower_features, None),
+    "clip_model": (lambda: transformers.CLIPModel(transformers.CLIPConfig(vision_config=SMALL)), _image_features,
+                   None),
+}
 
 
 def _headless(model):
@@ -178,29 +199,16 @@ def _headless(model):
     return headless
 
 
-# (a random transformers base, what its adapted model gives, whether the run's head is in the
-# adapter): a classifier whose kind is ours saves the head; a bare tower the updates alone.
-FAMILY_RUNS = {
-    "deit": (lambda: transformers.DeiTForImageClassification(transformers.DeiTConfig(**SMALL, num_labels=5)),
-             _logits_of, True),
-    "dinov2_classifier": (lambda: transformers.Dinov2ForImageClassification(
-        transformers.Dinov2Config(**SMALL, num_labels=5)), _logits_of, True),
-    "siglip_tower": (lambda: transformers.SiglipVisionModel(transformers.SiglipVisionConfig(**SMALL)),
-                     _tower_features, False),
-    "clip_tower": (lambda: transformers.CLIPVisionModel(transformers.CLIPVisionConfig(**SMALL)),
-                   _tower_features, False),
-}
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize("family", sorted(FAMILY_RUNS))
 def test_a_lora_run_from_a_family_folder_writes_an_adapter_peft_loads(family, tmp_path):
-    """DeiT, DINOv2, SigLIP and CLIP bases: the run's WORKDIR/peft names the class it applies to
-    (adapter_config.json's auto_mapping); peft applies it to that class of the base and gives the
-    run's logits (the head saved) or its features (a bare tower: the updates alone)."""
+    """DeiT (two heads), DINOv2, SigLIP and CLIP bases: the run's WORKDIR/peft names the class it
+    applies to (adapter_config.json's auto_mapping); peft applies it to that class of the base,
+    adapting only the modules the run adapted (not a full CLIPModel's text tower, nor SigLIP's
+    pooling head), and gives the run's logits (its heads saved) or its features (the updates alone)."""
     from keras_vit.training import TrainConfig, train
 
-    make, output, with_head = FAMILY_RUNS[family]
+    make, output, heads = FAMILY_RUNS[family]
     base_model = make()
     perturb_torch(base_model, seed=4)
     base_model.save_pretrained(tmp_path / "base")
@@ -212,24 +220,27 @@ def test_a_lora_run_from_a_family_folder_writes_an_adapter_peft_loads(family, tm
     folder = train(config)["peft_adapter_path"]
     settings = json.loads((tmp_path / "run" / "peft" / "adapter_config.json").read_text())
     assert settings["auto_mapping"]["base_model_class"] == type(base_model).__name__
-    assert (settings["modules_to_save"] == ["classifier"]) == with_head
+    assert settings["modules_to_save"] == heads
     cls = getattr(transformers, type(base_model).__name__)
-    hf = (cls.from_pretrained(tmp_path / "base", num_labels=10, ignore_mismatched_sizes=True) if with_head
+    hf = (cls.from_pretrained(tmp_path / "base", num_labels=10, ignore_mismatched_sizes=True) if heads
           else cls.from_pretrained(tmp_path / "base"))
     adapted = peft.PeftModel.from_pretrained(hf, folder).eval()
     model = keras_vit.load_model(str(tmp_path / "run"))
-    if not with_head:  # the run's encoder without its head: what the tower's pooler_output is
+    if not heads:  # the run's encoder without its head: what the tower gives
         model = _headless(model)
     with torch.no_grad():
         expected = output(adapted, IMAGES)
     np.testing.assert_allclose(model(IMAGES), expected, atol=1e-4, rtol=1e-4)
-    # Every tensor written is where peft keeps it (two steps move a tower's updates little, so
-    # the outputs alone could not tell an update left out).
+    # Every tensor written is where peft keeps it, and peft adapted nothing else (two steps move a
+    # tower's updates little, so the outputs alone could not tell an update left out).
     loaded = {key.replace(".default.", "."): value.numpy() for key, value in adapted.state_dict().items()}
     written = load_file(tmp_path / "run" / "peft" / "adapter_model.safetensors")
-    assert len(written) == 2 * 5 * SMALL["num_hidden_layers"] + 2 * with_head  # A and B of 5 modules a block
+    assert len(written) == 2 * 5 * SMALL["num_hidden_layers"] + 2 * len(heads or [])  # A and B of 5 modules a block
+    assert {key for key in loaded if ".lora_" in key} == {key for key in written if ".lora_" in key}
     for key, value in written.items():
-        np.testing.assert_array_equal(loaded[key.replace("classifier.", "classifier.modules_to_save.")], value)
+        module, leaf = key.rsplit(".", 1)
+        saved = f"{module}.modules_to_save.{leaf}" if module.rsplit(".", 1)[-1] in (heads or []) else key
+        np.testing.assert_array_equal(loaded[saved], value)
     assert max(np.abs(v).max() for k, v in written.items() if "lora_B" in k) > 0
 
 
@@ -246,7 +257,8 @@ def test_swiglu_updates_have_no_peft_module_and_write_no_peft_folder(tmp_path):
     folder = write_peft_adapter(tmp_path / "attention", attention_only, base)
     written = json.loads((tmp_path / "attention" / "peft" / "adapter_config.json").read_text())
     assert folder is not None and written["auto_mapping"]["base_model_class"] == "Dinov2Model"
-    assert written["target_modules"] == ["q_proj", "v_proj"] and written["modules_to_save"] is None
+    assert written["target_modules"] == ["encoder.layer.0.attention.q_proj", "encoder.layer.0.attention.v_proj"]
+    assert written["modules_to_save"] is None
     with_mlp = keras_vit.ViT(config.replace(lora_targets=("query", "mlp")), image_size=16, num_classes=3)
     assert write_peft_adapter(tmp_path / "mlp", with_mlp, base) is None
     assert not (tmp_path / "mlp" / "peft").exists()

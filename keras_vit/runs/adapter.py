@@ -90,39 +90,47 @@ _TOWER_PARTS = {"query": "self_attn.q_proj", "key": "self_attn.k_proj", "value":
                 "out": "self_attn.out_proj", "fc1": "mlp.fc1", "fc2": "mlp.fc2"}
 
 
+class PeftClass(NamedTuple):
+    """A transformers class a base loads as: where its encoder sits, and the classifier it has
+    (keras_vit's classifier kind and our head keys -> its module), None for none."""
+    prefix: str
+    head_kind: Optional[str] = None
+    heads: Optional[dict] = None
+
+
 class PeftFamily(NamedTuple):
-    """A transformers family as peft sees it: its blocks' path and their parts, and the classes a
-    base folder is loaded as, each with the path its encoder sits under."""
     blocks: str  # "layers.{i}." under the class's prefix
     parts: dict
-    classifier: Optional[Tuple[str, str, str]]  # (class, prefix, keras_vit's classifier kind) with a `classifier`
-    bare: Optional[Tuple[str, str]]  # (class, prefix) of the encoder alone; None: always the classifier's
-    others: Tuple[Tuple[str, str], ...] = ()  # other classes a base's config.json may name
+    classes: dict  # class name -> PeftClass; a base whose config.json names none takes the first that fits
 
 
-# Per config.json model_type. ViT's and DeiT's classifier reads the class token after the final
-# norm, as a keras_vit head on any such base does: a bare ViTModel base gets the classifier class.
-# DINOv2's classifier reads the class token beside the patch tokens' mean and SigLIP's the tokens'
-# mean: only a base that has it gives the run that head (keras_vit.weights.hf_families), so a run
-# from a bare tower writes the updates alone, for the tower's own class (CLIP's classifier is not read).
-_TOWERS = {"CLIPModel": "vision_model.", "CLIPVisionModelWithProjection": "vision_model.",
-           "SiglipModel": "vision_model."}
+_HEAD = {"head": "classifier"}
+_DISTILLED = "token+distillation"  # DeiT's two heads, averaged (keras_vit.layers.heads.DistillationHead)
+# Per config.json model_type. A class's classifier is the run's head only where it reads what ours
+# reads (keras_vit.weights.hf_families): ViT's and DeiT's the class token after the final norm,
+# which a run from a bare ViTModel also trains; DINOv2's the class token beside the patch tokens'
+# mean, SigLIP's the tokens' mean, which only a run from such a classifier has. A run from a bare
+# tower writes the updates alone, for the tower's class. (CLIP's classifier is refused when read.)
 PEFT_FAMILIES = {
-    "vit": PeftFamily("layers.{i}.", _ATTENTION_PARTS, ("ViTForImageClassification", "vit.", "token"), None),
-    "deit": PeftFamily("layers.{i}.", _ATTENTION_PARTS, ("DeiTForImageClassification", "deit.", "token"), None),
-    "dinov2": PeftFamily("encoder.layer.{i}.", _ATTENTION_PARTS,
-                         ("Dinov2ForImageClassification", "dinov2.", "token_gap"), ("Dinov2Model", "")),
-    "dinov2_with_registers": PeftFamily(
-        "encoder.layer.{i}.", _ATTENTION_PARTS,
-        ("Dinov2WithRegistersForImageClassification", "dinov2_with_registers.", "token_gap"),
-        ("Dinov2WithRegistersModel", "")),
-    "clip": PeftFamily("encoder.layers.{i}.", _TOWER_PARTS, None, ("CLIPVisionModel", ""), tuple(_TOWERS.items())),
-    "siglip": PeftFamily("encoder.layers.{i}.", _TOWER_PARTS,
-                         ("SiglipForImageClassification", "vision_model.", "gap"), ("SiglipVisionModel", ""),
-                         tuple(_TOWERS.items())),
+    "vit": PeftFamily("layers.{i}.", _ATTENTION_PARTS, {
+        "ViTForImageClassification": PeftClass("vit.", "token", _HEAD)}),
+    "deit": PeftFamily("layers.{i}.", _ATTENTION_PARTS, {
+        "DeiTForImageClassification": PeftClass("deit.", "token", _HEAD),
+        "DeiTForImageClassificationWithTeacher": PeftClass(
+            "deit.", _DISTILLED, {"head": "cls_classifier", "head_dist": "distillation_classifier"})}),
+    "dinov2": PeftFamily("encoder.layer.{i}.", _ATTENTION_PARTS, {
+        "Dinov2ForImageClassification": PeftClass("dinov2.", "token_gap", _HEAD), "Dinov2Model": PeftClass("")}),
+    "dinov2_with_registers": PeftFamily("encoder.layer.{i}.", _ATTENTION_PARTS, {
+        "Dinov2WithRegistersForImageClassification": PeftClass("dinov2_with_registers.", "token_gap", _HEAD),
+        "Dinov2WithRegistersModel": PeftClass("")}),
+    "clip": PeftFamily("encoder.layers.{i}.", _TOWER_PARTS, {"CLIPModel": PeftClass("vision_model.")}),
+    "clip_vision_model": PeftFamily("encoder.layers.{i}.", _TOWER_PARTS, {
+        "CLIPVisionModel": PeftClass(""), "CLIPVisionModelWithProjection": PeftClass("vision_model.")}),
+    "siglip": PeftFamily("encoder.layers.{i}.", _TOWER_PARTS, {
+        "SiglipForImageClassification": PeftClass("vision_model.", "gap", _HEAD),
+        "SiglipModel": PeftClass("vision_model.")}),
+    "siglip_vision_model": PeftFamily("encoder.layers.{i}.", _TOWER_PARTS, {"SiglipVisionModel": PeftClass("")}),
 }
-PEFT_FAMILIES["clip_vision_model"] = PEFT_FAMILIES["clip"]
-PEFT_FAMILIES["siglip_vision_model"] = PEFT_FAMILIES["siglip"]
 _MODULE_OF = {"clip_vision_model": "clip", "siglip_vision_model": "siglip"}  # transformers.models.<module>
 
 
@@ -153,60 +161,78 @@ def peft_base(base) -> "PeftBase | None":
     return PeftBase(name, settings) if settings.get("model_type") in PEFT_FAMILIES else None
 
 
-def _peft_class(family: PeftFamily, architecture: Optional[str], classifier: str) -> Tuple[str, str, bool]:
-    """(class, prefix, whether our head is its `classifier`) the adapter applies to."""
-    if family.classifier is not None:
-        name, prefix, kind = family.classifier
-        if family.bare is None or architecture == name:
-            return name, prefix, classifier == kind
-    others = dict(family.others)
-    return (architecture, others[architecture], False) if architecture in others else (*family.bare, False)
+def _peft_class(family: PeftFamily, architecture: Optional[str], head_kind: str) -> "Tuple[str, PeftClass] | None":
+    """The class the adapter applies to: the base's own (config.json's architectures), or for
+    a bare ViTModel, DeiTModel or a file that names none the first that fits; it fits where it
+    has no classifier or one of the run's head's kind. None: none fits."""
+    named = [architecture] if architecture in family.classes else list(family.classes)
+    for name in named:
+        if family.classes[name].head_kind in (None, head_kind):
+            return name, family.classes[name]
+    return None
 
 
 def write_peft_adapter(workdir, vit, base: PeftBase) -> "str | None":
     """The LoRA updates (and the head, where the base's class has it) of `vit` as the peft adapter
     folder a PyTorch user loads with peft.PeftModel.from_pretrained(<adapter_config.json's
     auto_mapping base_model_class> of `base`, folder): lora_A.weight = A^T (r, in),
-    lora_B.weight = B^T (out, r) under transformers 5's module names, the head as
-    modules_to_save. -> the folder; None where an update has no module of that name (SwiGLU's
-    fused fc1, which transformers holds as two)."""
+    lora_B.weight = B^T (out, r) under transformers 5's module names, the heads as
+    modules_to_save. -> the folder; None where no class fits or an update has no module of its
+    name (SwiGLU's fused fc1, which transformers holds as two)."""
     from safetensors.numpy import save
 
     from keras_vit.model.lora import adapter_params
-    from keras_vit.weights.layout import BLOCK_PARTS, block_of
 
     model_type = base.config["model_type"]
     family = PEFT_FAMILIES[model_type]
-    class_name, prefix, with_head = _peft_class(family, (base.config.get("architectures") or [None])[0],
-                                                vit.config.classifier)
-    parts = {path: name for name, path in BLOCK_PARTS.items()}
-    tensors, targets = {}, set()
-    for key, value in adapter_params(vit).items():
-        if key.startswith("head/"):
-            if with_head:
-                leaf = "weight" if key.endswith("kernel") else "bias"
-                tensors[f"base_model.model.classifier.{leaf}"] = value.T if leaf == "weight" else value
-            continue
-        block, (path, leaf) = block_of(key), key.split("/", 2)[2].rsplit("/", 1)
-        part = parts[path]
-        if part in ("fc1", "fc2") and vit.config.mlp_activation == "swiglu":
-            return None
-        module = prefix + family.blocks.format(i=block) + family.parts[part]
-        targets.add(module.rsplit(".", 1)[1])
-        factor = "lora_A" if leaf == "lora_a" else "lora_B"
-        tensors[f"base_model.model.{module}.{factor}.weight"] = np.ascontiguousarray(value.T)
-    lora = vit.config.lora
+    head_kind = _DISTILLED if vit.config.distillation_head else vit.config.classifier
+    chosen = _peft_class(family, (base.config.get("architectures") or [None])[0], head_kind)
+    if chosen is None:
+        return None
+    class_name, peft_class = chosen
+    tensors = _peft_tensors(adapter_params(vit), family, peft_class, vit.config.mlp_activation == "swiglu")
+    if tensors is None:
+        return None
+    lora, module = vit.config.lora, _MODULE_OF.get(model_type, model_type)
+    # Whole module paths: peft matches a bare name ("q_proj") anywhere, a full CLIPModel's text
+    # tower and a SigLIP tower's attention-pooling head included, which the run did not adapt.
+    targets = sorted({key[len("base_model.model."):].rsplit(".", 2)[0] for key in tensors if ".lora_" in key})
     settings = {"peft_type": "LORA", "base_model_name_or_path": base.name, "r": lora["rank"],
-                "lora_alpha": lora["alpha"], "target_modules": sorted(targets),
-                "modules_to_save": ["classifier"] if with_head else None,
+                "lora_alpha": lora["alpha"], "target_modules": targets,
+                "modules_to_save": sorted(peft_class.heads.values()) if peft_class.heads else None,
                 "lora_dropout": 0.0, "bias": "none", "use_rslora": False, "use_dora": False,
                 "fan_in_fan_out": False, "task_type": None, "inference_mode": True,
                 "auto_mapping": {"base_model_class": class_name,
-                                 "parent_library": f"transformers.models.{_MODULE_OF.get(model_type, model_type)}"
-                                                   f".modeling_{_MODULE_OF.get(model_type, model_type)}"}}
+                                 "parent_library": f"transformers.models.{module}.modeling_{module}"}}
     folder = storage.join(workdir, PEFT_DIR)
     storage.makedirs(folder)
     storage.write_bytes(storage.join(folder, "adapter_model.safetensors"),
                         save({k: np.ascontiguousarray(v, np.float32) for k, v in tensors.items()}))
     storage.write_text(storage.join(folder, "adapter_config.json"), json.dumps(settings, indent=2))
     return folder
+
+
+def _peft_tensors(params: dict, family: PeftFamily, peft_class: PeftClass, swiglu: bool) -> "dict | None":
+    """A LoRA run's adapter_params under peft's names; None if one has no module there."""
+    from keras_vit.weights.layout import BLOCK_PARTS, block_of
+    from keras_vit.weights.parts import CLASSIFIER_ROOTS
+
+    parts = {path: name for name, path in BLOCK_PARTS.items()}
+    tensors = {}
+    for key, value in params.items():
+        root, block = key.split("/", 1)[0], block_of(key)
+        if block is None:  # a head: its class's module, or the class has none
+            if root not in CLASSIFIER_ROOTS:
+                return None
+            if peft_class.heads is not None and root in peft_class.heads:
+                leaf = "weight" if key.endswith("kernel") else "bias"
+                tensors[f"base_model.model.{peft_class.heads[root]}.{leaf}"] = value.T if leaf == "weight" else value
+            continue
+        path, leaf = key.split("/", 2)[2].rsplit("/", 1)
+        part = parts.get(path)
+        if part not in family.parts or (swiglu and part in ("fc1", "fc2")):
+            return None
+        module = peft_class.prefix + family.blocks.format(i=block) + family.parts[part]
+        factor = "lora_A" if leaf == "lora_a" else "lora_B"
+        tensors[f"base_model.model.{module}.{factor}.weight"] = np.ascontiguousarray(value.T)
+    return tensors
