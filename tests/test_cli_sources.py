@@ -83,6 +83,7 @@ def test_labels_survive_keras_save_and_reach_every_export_22_3(hf_dir, photo, tm
     assert tflite.read_labels((out / "m.tflite").read_bytes()) == COLOURS
 
 
+@pytest.mark.slow
 def test_old_keras_files_and_run_folders_keep_their_labels_22_3(hf_dir, photo, tmp_path, capsys):
     """#22.3: a .keras file saved before labels were in the config still loads (its workdir's labels.txt
     names the classes); a run folder's model.keras takes the run's labels.txt, not a checkpoint's."""

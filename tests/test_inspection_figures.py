@@ -40,6 +40,7 @@ def test_heatmap_overlay_is_an_rgb_image_of_the_input_size():
     assert overlay[0, 0, 0] > 200 and overlay[-1, -1, 0] == 0
 
 
+@pytest.mark.slow
 def test_each_plot_writes_a_png_of_figsize_times_dpi(model, pixels, tmp_path):
     probabilities = inspection.encoder_attention(model, pixels[:2])[1]
     rollout = inspection.patch_map(inspection.attention_rollout(probabilities), (7, 7), 1)
@@ -77,6 +78,7 @@ def test_make_figures_writes_every_figure(model, pixels, tmp_path):
         assert read_png(path) == expected[name], name
 
 
+@pytest.mark.slow
 def test_make_figures_accepts_images_of_another_size_and_channel_count(tmp_path):
     keras.utils.set_random_seed(2)
     rgb_model = ViT(TINY, image_size=32, num_classes=3, classifier="gap")

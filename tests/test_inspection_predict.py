@@ -106,6 +106,7 @@ def test_cli_predict_fails_when_nothing_is_readable(workdir, images, capsys):
     assert line.startswith("keras-vit predict: error: no image could be read: ") and "e_corrupt.png" in line
 
 
+@pytest.mark.slow
 def test_cli_inspect_writes_the_figures(workdir, images, tmp_path, capsys):
     out_dir = tmp_path / "figures"
     code = main(["inspect", str(workdir), "--image", str(images), "--image", str(images / "a_gray.png"),

@@ -80,6 +80,7 @@ def test_a_lora_model_starts_as_its_base_and_trains_only_updates_and_heads(famil
                                          "total": parameter_counts(base)["total"] + updates}
 
 
+@pytest.mark.slow
 def test_merging_gives_a_plain_model_with_the_same_outputs(tmp_path):
     base = perturbed(keras_vit.ViT(keras_vit.ViTConfig(**BASE, **FAMILIES["dinov2"]), image_size=16, num_classes=5))
     adapted = _with_lora(base, rank=3, alpha=6, targets=("query", "out", "mlp"))

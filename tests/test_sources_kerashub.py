@@ -19,6 +19,7 @@ def backbone(**overrides):
     return keras_hub.models.ViTBackbone(**args)
 
 
+@pytest.mark.slow
 def test_backbone_preset_loads_with_keras_hub_outputs(tmp_path):
     hub = backbone()
     perturb_keras(hub, 1, scale=0.5)

@@ -268,6 +268,7 @@ def test_a_custom_tasks_export_holds_the_moving_average(tmp_path):
     assert differs > 0  # the average is not the trained weights
 
 
+@pytest.mark.slow
 def test_a_run_of_no_steps_with_a_weight_average_keeps_its_weights(tmp_path):
     """Keras fills the averages at the first applied step: before it they are
     zeros, which must not be evaluated or saved as the model."""

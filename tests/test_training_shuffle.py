@@ -79,6 +79,7 @@ def test_resuming_mid_epoch_continues_the_same_stream(arrays_source):
     np.testing.assert_array_equal(resumed, straight[2_950:2_950 + len(resumed)])
 
 
+@pytest.mark.slow
 def test_two_workers_shards_are_disjoint_and_cover_the_data(arrays_source):
     size = arrays_source.sizes["train"]
     config = _config(batch_size=2)  # 1 per replica
