@@ -44,11 +44,11 @@ test: $(STAMP)
 	$(THREADS) $(PY) -m pytest -q $(XDIST) --durations=25 $(COVERAGE)
 
 # The edit-test loop: everything not marked slow, then a check that it exercised
-# every keras_vit module (tests/touched_modules.py reads its coverage; the floor
-# of setup.cfg is for the whole suite, so it is off here).
+# every keras_vit module (tests/touched_modules.py reads its coverage, of lines alone:
+# tests/coverage-fast.cfg; the floor of setup.cfg is for the whole suite, so it is off here).
 test-fast: $(STAMP)
 	rm -f .coverage .coverage.* .coverage-fast.json
-	$(THREADS) $(PY) -m pytest -q $(XDIST) -m "not slow" --durations=10 --cov=keras_vit --cov-report=json:.coverage-fast.json --cov-fail-under=0
+	$(THREADS) $(PY) -m pytest -q $(XDIST) -m "not slow" --durations=10 --cov=keras_vit --cov-config=tests/coverage-fast.cfg --cov-report=json:.coverage-fast.json --cov-fail-under=0
 	$(PY) tests/touched_modules.py .coverage-fast.json
 
 demo: $(STAMP)
