@@ -14,7 +14,7 @@ import transformers
 
 import keras_vit
 from keras_vit.errors import UserError
-from keras_vit.weights import checkpoint, hf_families, layout
+from keras_vit.weights import checkpoint, hf_families, hf_modules, layout
 from keras_vit.weights.hf import hf_config, hf_tensors
 from keras_vit.weights.npz import checkpoint_params
 from tests.conftest import tiny_config
@@ -76,7 +76,7 @@ def test_the_hf_writer_is_the_vit_adapter_read_backwards(include_top, representa
 def test_every_adapter_names_the_tables_block_parts():
     """The block rules of each source cover exactly the table's parts (LayerScale where given)."""
     table = {}
-    checkpoint.torch_block(table, 0, "b.", dict(hf_families._VIT_BLOCK, ls1="l1", ls2="l2"), heads=2)
+    checkpoint.torch_block(table, 0, "b.", dict(hf_modules.VIT.parts, ls1="l1", ls2="l2"), heads=2)
     leaves = {key.rsplit("/", 1)[0] for key in table}
     assert leaves == {layout.block_key(0, part) for part in layout.BLOCK_PARTS} - {layout.block_key(0, "relative_bias")}
     keras_table = {}

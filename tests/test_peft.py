@@ -250,7 +250,8 @@ def test_swiglu_updates_have_no_peft_module_and_write_no_peft_folder(tmp_path):
     adapting attention alone writes it."""
     from keras_vit.runs.adapter import PeftBase, write_peft_adapter
 
-    base = PeftBase("facebook/dinov2-small", {"model_type": "dinov2", "architectures": ["Dinov2Model"]})
+    base = PeftBase("facebook/dinov2-giant", {"model_type": "dinov2", "architectures": ["Dinov2Model"],
+                                              "use_swiglu_ffn": True})
     config = keras_vit.ViTConfig(patch_size=8, hidden_size=24, mlp_dim=32, num_heads=2, num_layers=1,
                                  mlp_activation="swiglu", lora_rank=2)
     attention_only = keras_vit.ViT(config, image_size=16, num_classes=3)
@@ -262,3 +263,47 @@ def test_swiglu_updates_have_no_peft_module_and_write_no_peft_folder(tmp_path):
     with_mlp = keras_vit.ViT(config.replace(lora_targets=("query", "mlp")), image_size=16, num_classes=3)
     assert write_peft_adapter(tmp_path / "mlp", with_mlp, base) is None
     assert not (tmp_path / "mlp" / "peft").exists()
+
+
+# The families whose blocks peft sees under other names than ViT's (keras_vit.weights.hf_modules):
+# test_hf_families' case -> the LoRA targets. DINOv3's blocks sit under "model." in memory only;
+# a gated MLP (DINOv3's, AIMv2's) has no one module for fc1, so those runs adapt attention alone.
+LAYOUT_CASES = {
+    "dinov3": ("query", "key", "value", "out", "mlp"),
+    "dinov3_gated": ("query", "value", "out"),
+    "aimv2_vision": ("query", "key", "value", "out"),
+    "metaclip_2_vision_projection": ("query", "value", "mlp"),
+    "siglip2_classifier": ("query", "value", "mlp"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(LAYOUT_CASES))
+def test_a_family_s_updates_in_peft_s_layout_give_its_outputs_in_peft_and_back(name, tmp_path):
+    """No training (the runs above are the trainer's part): a LoRA model over the base, its updates
+    and head random, written in peft's layout. peft applies the folder to the class it names and
+    gives the LoRA model's outputs; keras_vit.from_pretrained of the folder (transformers 5's
+    names back to the files') gives them too."""
+    from keras_vit.runs.adapter import peft_base, write_peft_adapter
+    from keras_vit.weights.layout import is_lora_key, variables_by_key
+    from tests.test_hf_families import CASES, images, saved
+
+    hf, directory = saved(tmp_path, name)
+    model = keras_vit.from_pretrained(str(directory), lora_rank=2, lora_alpha=3, lora_targets=LAYOUT_CASES[name])
+    rng = np.random.default_rng(5)
+    for key, variable in variables_by_key(model).items():
+        if variable.trainable:  # the updates (B starts at zero) and the head
+            assert is_lora_key(key) or key.startswith("head")
+            variable.assign(np.asarray(variable) + rng.normal(0, 0.3, variable.shape).astype("float32"))
+    folder = write_peft_adapter(tmp_path / "run", model, peft_base(str(directory)))
+    settings = json.loads((tmp_path / "run" / "peft" / "adapter_config.json").read_text())
+    assert settings["auto_mapping"]["base_model_class"] == type(hf).__name__
+    output, size = CASES[name][1], CASES[name][3]
+    x = images(size)
+    want = np.asarray(model(x))
+    adapted = peft.PeftModel.from_pretrained(type(hf).from_pretrained(directory), folder).eval()
+    adapted_modules = {key.split(".lora_")[0] for key, _ in adapted.named_parameters() if ".lora_" in key}
+    assert {f"base_model.model.{module}" for module in settings["target_modules"]} == adapted_modules
+    with torch.no_grad():
+        np.testing.assert_allclose(output(adapted, x).numpy(), want, atol=1e-4, rtol=0)
+        assert np.abs(output(hf, x).numpy() - want).max() > 1e-2  # the updates count
+    np.testing.assert_allclose(np.asarray(keras_vit.from_pretrained(folder)(x)), want, atol=1e-4, rtol=0)

@@ -171,7 +171,7 @@ def test_a_bug_in_the_hub_download_is_shown_as_a_bug(tmp_path, hub_cache, monkey
 
 def test_the_peft_base_of_an_hf_name_is_read_from_the_cache_without_the_network(tmp_path, unreachable_hub):
     """A LoRA run's end asks whether its hf: base is a family peft's layout is written for (for
-    WORKDIR/peft) from the cache the run's start filled: no connection, and a family without it or
+    WORKDIR/peft) from the cache the run's start filled: no connection, and a model without it or
     an uncached name is no peft base."""
     from keras_vit.runs.adapter import peft_base
 
@@ -182,11 +182,11 @@ def test_the_peft_base_of_an_hf_name_is_read_from_the_cache_without_the_network(
                                                        image_size=32, patch_size=8)).save_pretrained(tmp_path / "d")
     put("facebook/dinov2-tiny-test", tmp_path / "d")
     (tmp_path / "a").mkdir()
-    (tmp_path / "a" / "config.json").write_text('{"model_type": "aimv2_vision_model"}')
-    put("apple/aimv2-tiny-test", tmp_path / "a")
+    (tmp_path / "a" / "config.json").write_text('{"model_type": "vit_msn"}')  # no peft layout written for it
+    put("facebook/vit-msn-tiny-test", tmp_path / "a")
     assert peft_base("hf:google/vit-tiny-test").name == peft_base("hf:google/vit-tiny-test@v1").name == (
         "google/vit-tiny-test")
     assert peft_base(str(tmp_path / "hf")).name == str(tmp_path / "hf")
     assert peft_base("hf:facebook/dinov2-tiny-test").config["model_type"] == "dinov2"
-    assert peft_base("hf:apple/aimv2-tiny-test") is None and peft_base("hf:google/not-cached") is None
+    assert peft_base("hf:facebook/vit-msn-tiny-test") is None and peft_base("hf:google/not-cached") is None
     assert asked == []

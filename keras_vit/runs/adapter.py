@@ -82,12 +82,8 @@ def apply_adapter(vit, tensors: dict) -> None:
 # --- peft's layout --------------------------------------------------------------------------------
 
 PEFT_DIR = "peft"  # <workdir>/peft: adapter_config.json + adapter_model.safetensors
-# transformers 5's module names, which peft saves (module paths, not file names; keras_vit.weights.peft
-# reads both generations back). The key table's block parts -> the module in a block:
-_ATTENTION_PARTS = {"query": "attention.q_proj", "key": "attention.k_proj", "value": "attention.v_proj",
-                    "out": "attention.o_proj", "fc1": "mlp.fc1", "fc2": "mlp.fc2"}
-_TOWER_PARTS = {"query": "self_attn.q_proj", "key": "self_attn.k_proj", "value": "self_attn.v_proj",
-                "out": "self_attn.out_proj", "fc1": "mlp.fc1", "fc2": "mlp.fc2"}
+# peft saves transformers 5's module paths, not file names: the blocks' are keras_vit.weights.hf_modules'
+# (keras_vit.weights.peft reads both generations back through the same table).
 
 
 class PeftClass(NamedTuple):
@@ -98,40 +94,43 @@ class PeftClass(NamedTuple):
     heads: Optional[dict] = None
 
 
-class PeftFamily(NamedTuple):
-    blocks: str  # "layers.{i}." under the class's prefix
-    parts: dict
-    classes: dict  # class name -> PeftClass; a base whose config.json names none takes the first that fits
-
-
 _HEAD = {"head": "classifier"}
 _DISTILLED = "token+distillation"  # DeiT's two heads, averaged (keras_vit.layers.heads.DistillationHead)
 # Per config.json model_type. A class's classifier is the run's head only where it reads what ours
 # reads (keras_vit.weights.hf_families): ViT's and DeiT's the class token after the final norm,
 # which a run from a bare ViTModel also trains; DINOv2's the class token beside the patch tokens'
 # mean, SigLIP's the tokens' mean, which only a run from such a classifier has. A run from a bare
-# tower writes the updates alone, for the tower's class. (CLIP's classifier is refused when read.)
-PEFT_FAMILIES = {
-    "vit": PeftFamily("layers.{i}.", _ATTENTION_PARTS, {
-        "ViTForImageClassification": PeftClass("vit.", "token", _HEAD)}),
-    "deit": PeftFamily("layers.{i}.", _ATTENTION_PARTS, {
-        "DeiTForImageClassification": PeftClass("deit.", "token", _HEAD),
-        "DeiTForImageClassificationWithTeacher": PeftClass(
-            "deit.", _DISTILLED, {"head": "cls_classifier", "head_dist": "distillation_classifier"})}),
-    "dinov2": PeftFamily("encoder.layer.{i}.", _ATTENTION_PARTS, {
-        "Dinov2ForImageClassification": PeftClass("dinov2.", "token_gap", _HEAD), "Dinov2Model": PeftClass("")}),
-    "dinov2_with_registers": PeftFamily("encoder.layer.{i}.", _ATTENTION_PARTS, {
+# tower writes the updates alone, for the tower's class. (CLIP's and MetaCLIP 2's classifiers read
+# the patch tokens' mean without the class token, which no keras_vit head does: refused when read.)
+# Per model_type, class name -> PeftClass; a base whose config.json names none takes the first that fits.
+PEFT_CLASSES = {
+    "vit": {"ViTForImageClassification": PeftClass("vit.", "token", _HEAD)},
+    "deit": {"DeiTForImageClassification": PeftClass("deit.", "token", _HEAD),
+             "DeiTForImageClassificationWithTeacher": PeftClass(
+                 "deit.", _DISTILLED, {"head": "cls_classifier", "head_dist": "distillation_classifier"})},
+    "dinov2": {"Dinov2ForImageClassification": PeftClass("dinov2.", "token_gap", _HEAD),
+               "Dinov2Model": PeftClass("")},
+    "dinov2_with_registers": {
         "Dinov2WithRegistersForImageClassification": PeftClass("dinov2_with_registers.", "token_gap", _HEAD),
-        "Dinov2WithRegistersModel": PeftClass("")}),
-    "clip": PeftFamily("encoder.layers.{i}.", _TOWER_PARTS, {"CLIPModel": PeftClass("vision_model.")}),
-    "clip_vision_model": PeftFamily("encoder.layers.{i}.", _TOWER_PARTS, {
-        "CLIPVisionModel": PeftClass(""), "CLIPVisionModelWithProjection": PeftClass("vision_model.")}),
-    "siglip": PeftFamily("encoder.layers.{i}.", _TOWER_PARTS, {
-        "SiglipForImageClassification": PeftClass("vision_model.", "gap", _HEAD),
-        "SiglipModel": PeftClass("vision_model.")}),
-    "siglip_vision_model": PeftFamily("encoder.layers.{i}.", _TOWER_PARTS, {"SiglipVisionModel": PeftClass("")}),
+        "Dinov2WithRegistersModel": PeftClass("")},
+    "dinov3_vit": {"DINOv3ViTModel": PeftClass("")},
+    "clip": {"CLIPModel": PeftClass("vision_model.")},
+    "clip_vision_model": {"CLIPVisionModel": PeftClass(""), "CLIPVisionModelWithProjection": PeftClass("vision_model.")},
+    "metaclip_2": {"MetaClip2Model": PeftClass("vision_model.")},
+    "metaclip_2_vision_model": {"MetaClip2VisionModel": PeftClass(""),
+                                "MetaClip2VisionModelWithProjection": PeftClass("vision_model.")},
+    "siglip": {"SiglipForImageClassification": PeftClass("vision_model.", "gap", _HEAD),
+               "SiglipModel": PeftClass("vision_model.")},
+    "siglip_vision_model": {"SiglipVisionModel": PeftClass("")},
+    "siglip2": {"Siglip2ForImageClassification": PeftClass("vision_model.", "gap", _HEAD),
+                "Siglip2Model": PeftClass("vision_model.")},
+    "siglip2_vision_model": {"Siglip2VisionModel": PeftClass("")},
+    "aimv2": {"Aimv2Model": PeftClass("vision_model.")},
+    "aimv2_vision_model": {"Aimv2VisionModel": PeftClass("")},
 }
-_MODULE_OF = {"clip_vision_model": "clip", "siglip_vision_model": "siglip"}  # transformers.models.<module>
+_MODULE_OF = {"clip_vision_model": "clip", "siglip_vision_model": "siglip",  # transformers.models.<module>
+              "siglip2_vision_model": "siglip2", "metaclip_2_vision_model": "metaclip_2",
+              "aimv2_vision_model": "aimv2", "dinov3_vit": "dinov3_vit"}
 
 
 class PeftBase(NamedTuple):
@@ -141,7 +140,7 @@ class PeftBase(NamedTuple):
 
 def peft_base(base) -> "PeftBase | None":
     """What peft's base_model_name_or_path is for a run's --weights: an HF transformers folder (its
-    path) or `hf:ORG/NAME` (ORG/NAME) of a family in PEFT_FAMILIES, with its config.json; None
+    path) or `hf:ORG/NAME` (ORG/NAME) of a family in PEFT_CLASSES, with its config.json; None
     for any other base, which peft cannot load."""
     import os
 
@@ -158,17 +157,17 @@ def peft_base(base) -> "PeftBase | None":
     if config is None or not os.path.isfile(config):
         return None
     settings = read_json(config)
-    return PeftBase(name, settings) if settings.get("model_type") in PEFT_FAMILIES else None
+    return PeftBase(name, settings) if settings.get("model_type") in PEFT_CLASSES else None
 
 
-def _peft_class(family: PeftFamily, architecture: Optional[str], head_kind: str) -> "Tuple[str, PeftClass] | None":
+def _peft_class(classes: dict, architecture: Optional[str], head_kind: str) -> "Tuple[str, PeftClass] | None":
     """The class the adapter applies to: the base's own (config.json's architectures), or for
     a bare ViTModel, DeiTModel or a file that names none the first that fits; it fits where it
     has no classifier or one of the run's head's kind. None: none fits."""
-    named = [architecture] if architecture in family.classes else list(family.classes)
+    named = [architecture] if architecture in classes else list(classes)
     for name in named:
-        if family.classes[name].head_kind in (None, head_kind):
-            return name, family.classes[name]
+        if classes[name].head_kind in (None, head_kind):
+            return name, classes[name]
     return None
 
 
@@ -177,20 +176,20 @@ def write_peft_adapter(workdir, vit, base: PeftBase) -> "str | None":
     folder a PyTorch user loads with peft.PeftModel.from_pretrained(<adapter_config.json's
     auto_mapping base_model_class> of `base`, folder): lora_A.weight = A^T (r, in),
     lora_B.weight = B^T (out, r) under transformers 5's module names, the heads as
-    modules_to_save. -> the folder; None where no class fits or an update has no module of its
-    name (SwiGLU's fused fc1, which transformers holds as two)."""
+    modules_to_save. -> the folder; None where no class fits or an update has no one module
+    (a gated MLP's fc1, which transformers holds as two)."""
     from safetensors.numpy import save
 
     from keras_vit.model.lora import adapter_params
+    from keras_vit.weights.hf_modules import blocks_of
 
     model_type = base.config["model_type"]
-    family = PEFT_FAMILIES[model_type]
     head_kind = _DISTILLED if vit.config.distillation_head else vit.config.classifier
-    chosen = _peft_class(family, (base.config.get("architectures") or [None])[0], head_kind)
+    chosen = _peft_class(PEFT_CLASSES[model_type], (base.config.get("architectures") or [None])[0], head_kind)
     if chosen is None:
         return None
     class_name, peft_class = chosen
-    tensors = _peft_tensors(adapter_params(vit), family, peft_class, vit.config.mlp_activation == "swiglu")
+    tensors = _peft_tensors(adapter_params(vit), blocks_of(base.config), peft_class)
     if tensors is None:
         return None
     lora, module = vit.config.lora, _MODULE_OF.get(model_type, model_type)
@@ -212,7 +211,7 @@ def write_peft_adapter(workdir, vit, base: PeftBase) -> "str | None":
     return folder
 
 
-def _peft_tensors(params: dict, family: PeftFamily, peft_class: PeftClass, swiglu: bool) -> "dict | None":
+def _peft_tensors(params: dict, blocks, peft_class: PeftClass) -> "dict | None":
     """A LoRA run's adapter_params under peft's names; None if one has no module there."""
     from keras_vit.weights.layout import BLOCK_PARTS, block_of
     from keras_vit.weights.parts import CLASSIFIER_ROOTS
@@ -229,10 +228,10 @@ def _peft_tensors(params: dict, family: PeftFamily, peft_class: PeftClass, swigl
                 tensors[f"base_model.model.{peft_class.heads[root]}.{leaf}"] = value.T if leaf == "weight" else value
             continue
         path, leaf = key.split("/", 2)[2].rsplit("/", 1)
-        part = parts.get(path)
-        if part not in family.parts or (swiglu and part in ("fc1", "fc2")):
+        module = blocks.module(block, parts.get(path))
+        if module is None:
             return None
-        module = peft_class.prefix + family.blocks.format(i=block) + family.parts[part]
+        module = peft_class.prefix + module
         factor = "lora_A" if leaf == "lora_a" else "lora_B"
         tensors[f"base_model.model.{module}.{factor}.weight"] = np.ascontiguousarray(value.T)
     return tensors

@@ -48,6 +48,7 @@ from keras_vit.weights.checkpoint import (
     torch_map_head,
     torch_norm,
 )
+from keras_vit.weights.hf_modules import AIMV2, DINOV2, DINOV2_SWIGLU, DINOV3, TOWER, VIT
 from keras_vit.weights.layout import ENCODER_NORM, PATCH_NORM, attention_pool_key
 
 # transformers' Config defaults (transformers 5), for fields a config.json leaves out. ViT's
@@ -191,11 +192,6 @@ def _require(tensors: Dict[str, np.ndarray], name: str, what: str, where: str, f
 
 # --- ViT and DeiT: one layout ---
 
-_VIT_BLOCK = dict(query="attention.attention.query", key="attention.attention.key", value="attention.attention.value",
-                  out="attention.output.dense", norm1="layernorm_before", norm2="layernorm_after",
-                  fc1="intermediate.dense", fc2="output.dense")
-
-
 def vit_table(prefix: str, num_layers: int, heads: int, heads_named=(("head", "classifier"),)) -> dict:
     """HF ViT's (and DeiT's) names for the official keys: the reader's rules, and read
     backwards (checkpoint.unrename), what the HF writer writes. `prefix` is "vit." or
@@ -205,7 +201,7 @@ def vit_table(prefix: str, num_layers: int, heads: int, heads_named=(("head", "c
     table = {"cls": (e + "cls_token", None), POSEMB_KEY: (e + "position_embeddings", None)}
     torch_dense(table, "embedding", e + "patch_embeddings.projection", kernel=CONV)
     for i in range(num_layers):
-        torch_block(table, i, f"{prefix}encoder.layer.{i}.", _VIT_BLOCK, heads)
+        torch_block(table, i, prefix + VIT.on_disk.format(i=i), VIT.parts, heads)
     torch_norm(table, ENCODER_NORM, prefix + "layernorm")
     torch_dense(table, "pre_logits", prefix + "pooler.dense")
     for ours, theirs in heads_named:
@@ -325,12 +321,9 @@ def _dinov2(hf: dict, tensors: Dict[str, np.ndarray], where: str, registers: boo
         table["reg_tokens"] = (e + "register_tokens", None)
     torch_norm(table, ENCODER_NORM, prefix + "layernorm")
     torch_dense(table, "head", "classifier")
-    fc1, fc2 = ("mlp.weights_in", "mlp.weights_out") if swiglu else ("mlp.fc1", "mlp.fc2")
-    names = dict(query="attention.attention.query", key="attention.attention.key",
-                 value="attention.attention.value", out="attention.output.dense", norm1="norm1", norm2="norm2",
-                 fc1=fc1, fc2=fc2, ls1="layer_scale1.lambda1", ls2="layer_scale2.lambda1")
+    blocks = DINOV2_SWIGLU if swiglu else DINOV2
     for i in range(int(c["num_hidden_layers"])):
-        torch_block(table, i, f"{prefix}encoder.layer.{i}.", names, heads)
+        torch_block(table, i, prefix + blocks.on_disk.format(i=i), blocks.parts, heads)
     # embeddings.mask_token replaces masked patches in DINOv2's (iBOT) masked pre-training and
     # nowhere else (bool_masked_pos); inference never reads it.
     params = rename(_drop(tensors, lambda k: _is_buffer(k) or k == e + "mask_token"), table)
@@ -371,9 +364,6 @@ _DINOV3_DEFAULTS = dict(hidden_size=384, num_hidden_layers=12, num_attention_hea
                         rope_theta=100.0, query_bias=True, key_bias=False, value_bias=True, proj_bias=True,
                         mlp_bias=True, layerscale_value=1.0, use_gated_mlp=False, num_register_tokens=0,
                         pos_embed_shift=None, pos_embed_jitter=None, pos_embed_rescale=2.0)
-_DINOV3_BLOCK = dict(query="attention.q_proj", key="attention.k_proj", value="attention.v_proj",
-                     out="attention.o_proj", norm1="norm1", norm2="norm2", fc1="mlp.up_proj", fc2="mlp.down_proj",
-                     ls1="layer_scale1.lambda1", ls2="layer_scale2.lambda1")
 
 
 def _dinov3_tensors(tensors: Dict[str, np.ndarray], blocks: str, layers: int, hidden: int,
@@ -386,7 +376,7 @@ def _dinov3_tensors(tensors: Dict[str, np.ndarray], blocks: str, layers: int, hi
     up_proj are one Dense of twice the width, the gate first (mlp_activation="swiglu")."""
     tensors = dict(tensors)
     for i in range(layers):
-        block = f"{blocks}{i}."
+        block = blocks.format(i=i)
         tensors.setdefault(block + "attention.k_proj.bias", np.zeros((hidden,), np.float32))
         if gated:
             for leaf in ("weight", "bias"):
@@ -419,7 +409,7 @@ def dinov3_vit(hf: dict, tensors: Dict[str, np.ndarray], where: str) -> Mapped:
     layers = int(c["num_hidden_layers"])
     # On disk the blocks are "layer.N." (transformers 4.56, which published DINOv3, and what
     # transformers 5 still writes); its in-memory modules say "model.layer.N.".
-    blocks = "model.layer." if any(k.startswith("model.layer.") for k in tensors) else "layer."
+    blocks = DINOV3.in_memory if any(k.startswith(DINOV3.in_memory.format(i=0)) for k in tensors) else DINOV3.on_disk
     tensors = _dinov3_tensors(tensors, blocks, layers, hidden, gated)
     table = {
         "cls": (e + "cls_token", None),
@@ -429,7 +419,7 @@ def dinov3_vit(hf: dict, tensors: Dict[str, np.ndarray], where: str) -> Mapped:
     }
     torch_norm(table, ENCODER_NORM, "norm")
     for i in range(layers):
-        torch_block(table, i, f"{blocks}{i}.", _DINOV3_BLOCK, heads)
+        torch_block(table, i, blocks.format(i=i), DINOV3.parts, heads)
     registers = e + "register_tokens"
     num_registers = int(tensors[registers].shape[-2]) if registers in tensors else 0
     # embeddings.mask_token is for masked pre-training only (bool_masked_pos), as DINOv2's; a
@@ -452,11 +442,6 @@ def dinov3_vit(hf: dict, tensors: Dict[str, np.ndarray], where: str) -> Mapped:
 
 
 # --- CLIP and SigLIP vision towers ---
-
-_TOWER_BLOCK = dict(query="self_attn.q_proj", key="self_attn.k_proj", value="self_attn.v_proj",
-                    out="self_attn.out_proj", norm1="layer_norm1", norm2="layer_norm2", fc1="mlp.fc1",
-                    fc2="mlp.fc2")
-
 
 def _vision_config(hf: dict) -> dict:
     """A full model's vision_config (transformers 4's vision_config_dict overriding it, as
@@ -513,7 +498,7 @@ def _siglip_tower(c: dict, tensors: Dict[str, np.ndarray], where: str, family: s
         POSEMB_KEY: (e + "position_embedding.weight", lambda w: w[None]),
     }
     for i in range(fields["num_layers"]):
-        torch_block(table, i, f"{prefix}encoder.layers.{i}.", _TOWER_BLOCK, heads)
+        torch_block(table, i, prefix + TOWER.on_disk.format(i=i), TOWER.parts, heads)
     torch_norm(table, ENCODER_NORM, prefix + "post_layernorm")
     if uses_head:
         h = prefix + "head."
@@ -583,18 +568,13 @@ def siglip2(hf: dict, tensors: Dict[str, np.ndarray], where: str) -> Mapped:
 _AIMV2_DEFAULTS = dict(hidden_size=1024, intermediate_size=2816, num_hidden_layers=24, num_attention_heads=8,
                        num_channels=3, image_size=224, patch_size=14, hidden_act="silu", rms_norm_eps=1e-5,
                        qkv_bias=False, mlp_bias=False, use_head=True, is_native=False)
-_AIMV2_BLOCK = dict(query="attention.q_proj", key="attention.k_proj", value="attention.v_proj",
-                    out="attention.out_proj", norm1="rms_norm1", norm2="rms_norm2", fc1="ffn.up_proj",
-                    fc2="ffn.down_proj")
-
-
 def _aimv2_tensors(tensors: Dict[str, np.ndarray], blocks: str, layers: int) -> Dict[str, np.ndarray]:
     """The gated MLP's gate_proj and up_proj as one Dense of twice the width, the gate first
     (mlp_activation="swiglu"), as DINOv3's."""
     tensors = dict(tensors)
     for i in range(layers):
         for leaf in ("weight", "bias"):
-            gate, up = f"{blocks}{i}.ffn.gate_proj.{leaf}", f"{blocks}{i}.ffn.up_proj.{leaf}"
+            gate, up = f"{blocks.format(i=i)}ffn.gate_proj.{leaf}", f"{blocks.format(i=i)}ffn.up_proj.{leaf}"
             if gate in tensors and up in tensors:  # else both keep their names, for the loader to report
                 tensors[up] = np.concatenate([tensors.pop(gate), tensors[up]], axis=0)
     return tensors
@@ -611,7 +591,7 @@ def _aimv2(c: dict, hf: dict, tensors: Dict[str, np.ndarray], where: str) -> Map
     prefix = _vision_prefix(tensors)
     e, layers = prefix + "embeddings.", int(c["num_hidden_layers"])
     _require(tensors, e + "patch_embed.weight", "the patch embedding", where, "AIMv2")
-    blocks = f"{prefix}encoder.layers."
+    blocks = prefix + AIMV2.on_disk
     tensors = _aimv2_tensors(tensors, blocks, layers)
     native = bool(c["is_native"])
     uses_head = bool(c["use_head"])
@@ -623,7 +603,7 @@ def _aimv2(c: dict, hf: dict, tensors: Dict[str, np.ndarray], where: str) -> Map
         ENCODER_NORM + "/scale": (prefix + "rms_norm.weight", None),
     }
     for i in range(layers):
-        torch_block(table, i, f"{blocks}{i}.", _AIMV2_BLOCK, heads)
+        torch_block(table, i, blocks.format(i=i), AIMV2.parts, heads)
     if uses_head:
         h = prefix + "head."
         table[attention_pool_key("probe")] = (h + "cls_token", None)
@@ -690,7 +670,7 @@ def _clip(c: dict, hf: dict, tensors: Dict[str, np.ndarray], where: str) -> Mapp
     }
     torch_norm(table, "pre_norm", prefix + "pre_layrnorm")  # sic: transformers' spelling
     for i in range(fields["num_layers"]):
-        torch_block(table, i, f"{prefix}encoder.layers.{i}.", _TOWER_BLOCK, heads)
+        torch_block(table, i, prefix + TOWER.on_disk.format(i=i), TOWER.parts, heads)
     torch_norm(table, "pooled_norm", prefix + "post_layernorm")
     torch_dense(table, "projection", "visual_projection", bias=False)
 

@@ -11,38 +11,27 @@ on-disk names, and hands them to the base family's adapter
 adapter's function. The files are safetensors: nothing is unpickled.
 
 peft saves module paths, not file names. transformers 5 renamed ViT's,
-DeiT's and DINOv2's modules (`vit.layers.0.attention.q_proj`, where 4.x and
+DeiT's, DINOv2's and DINOv3's modules (`vit.layers.0.attention.q_proj`, where 4.x and
 every file on disk say `vit.encoder.layer.0.attention.attention.query`), so
-adapters of both generations exist: MODULE_NAMES maps a 5.x path to the
-on-disk name, and each module is looked up under its own name first.
+adapters of both generations exist: each module is looked up under its own name
+first, then under its name on disk (keras_vit.weights.hf_modules, the one table of both).
 """
 
 from __future__ import annotations
 
 import os
 import re
-from typing import Dict, Optional
+from typing import Dict, List, Optional, Tuple
 
 import numpy as np
 
 from keras_vit.errors import UserError
 from keras_vit.weights.checkpoint import Checkpoint, read_json, read_safetensors, refuse_pickle
+from keras_vit.weights.hf_modules import blocks_of
 
 ADAPTER_CONFIG = "adapter_config.json"
 ADAPTER_WEIGHTS = "adapter_model.safetensors"
 PREFIX = "base_model.model."  # what peft puts before every module path it saves
-_PROJECTIONS = {"q_proj": "attention.query", "k_proj": "attention.key", "v_proj": "attention.value",
-                "o_proj": "output.dense"}
-# transformers 5 module path -> the name its checkpoint files keep (the 4.x module path).
-MODULE_NAMES = [
-    # ViT, DeiT: "vit.layers.N" is "vit.encoder.layer.N" on disk, their MLP "intermediate"/"output".
-    *[(rf"(^|\.)layers\.(\d+)\.attention\.{new}$", rf"\1encoder.layer.\2.attention.{old}")
-      for new, old in _PROJECTIONS.items()],
-    (r"(^|\.)layers\.(\d+)\.mlp\.fc1$", r"\1encoder.layer.\2.intermediate.dense"),
-    (r"(^|\.)layers\.(\d+)\.mlp\.fc2$", r"\1encoder.layer.\2.output.dense"),
-    # DINOv2: the blocks keep "encoder.layer.N", the attention's projections are renamed.
-    *[(rf"(^|\.)attention\.{new}$", rf"\1attention.{old}") for new, old in _PROJECTIONS.items()],
-]
 
 
 def is_peft_directory(path) -> bool:
@@ -63,7 +52,8 @@ def read_peft_directory(directory, source: Optional[str] = None) -> Checkpoint:
                         f"(config.json with model_type + model.safetensors): peft adapters of transformers models "
                         f"are read.")
     tensors = read_hf_tensors(base, base)
-    merged = merge_adapter(tensors, _adapter_tensors(directory, where), settings, f"{where} (base {base})")
+    renames = _renames(read_json(os.path.join(base, "config.json")))
+    merged = merge_adapter(tensors, _adapter_tensors(directory, where), settings, f"{where} (base {base})", renames)
     return read_hf_directory(base, source=f"{where} (peft LoRA on {settings['base_model_name_or_path']})",
                              tensors=merged)
 
@@ -108,10 +98,20 @@ def _adapter_tensors(directory: str, where: str) -> Dict[str, np.ndarray]:
     return read_safetensors(path)
 
 
+def _renames(config: dict) -> List[Tuple[str, str]]:
+    """(pattern, replacement) from a transformers 5 module path of the base's blocks to its name on disk."""
+    blocks = blocks_of(config)
+    if blocks is None:
+        return []
+    return [(r"(^|\.)" + re.escape(module).replace(re.escape("{i}"), r"(\d+)") + "$",
+             r"\g<1>" + on_disk.replace("{i}", r"\g<2>")) for module, on_disk in blocks.renames()]
+
+
 def merge_adapter(base: Dict[str, np.ndarray], adapter: Dict[str, np.ndarray], settings: dict,
-                  where: str) -> Dict[str, np.ndarray]:
+                  where: str, renames=()) -> Dict[str, np.ndarray]:
     """The base's tensors (on-disk names) with the adapter merged: each lora_A/lora_B
-    pair added into its module's weight, every other adapter tensor replacing the base's."""
+    pair added into its module's weight, every other adapter tensor replacing the base's.
+    `renames`: _renames of the base's config.json."""
     merged = dict(base)
     pairs: Dict[str, dict] = {}
     for name, value in adapter.items():
@@ -121,12 +121,12 @@ def merge_adapter(base: Dict[str, np.ndarray], adapter: Dict[str, np.ndarray], s
             pairs.setdefault(match.group(1), {})[match.group(2)] = value
             continue
         module, leaf = name.rsplit(".", 1)
-        merged[f"{_on_disk(module, base, where)}.{leaf}"] = value  # modules_to_save, trained biases
+        merged[f"{_on_disk(module, base, where, renames)}.{leaf}"] = value  # modules_to_save, trained biases
     for module, factors in sorted(pairs.items()):
         if set(factors) != {"A", "B"}:
             raise UserError(f"{where}: the adapter holds lora_{''.join(sorted(factors))} of {module} without its pair.")
         a, b = factors["A"].astype(np.float64), factors["B"].astype(np.float64)
-        weight = f"{_on_disk(module, base, where)}.weight"
+        weight = f"{_on_disk(module, base, where, renames)}.weight"
         if a.shape[0] != b.shape[1] or (b.shape[0], a.shape[1]) != base[weight].shape:
             raise UserError(f"{where}: the update of {module} ({b.shape[0]}x{a.shape[1]}) does not fit the base's "
                             f"{weight} {base[weight].shape}: the adapter was trained on another architecture; give "
@@ -136,9 +136,9 @@ def merge_adapter(base: Dict[str, np.ndarray], adapter: Dict[str, np.ndarray], s
     return merged
 
 
-def _on_disk(module: str, base: Dict[str, np.ndarray], where: str) -> str:
-    """The base's on-disk name of an adapter's module path (its own, or MODULE_NAMES')."""
-    candidates = [module] + [re.sub(pattern, name, module) for pattern, name in MODULE_NAMES
+def _on_disk(module: str, base: Dict[str, np.ndarray], where: str, renames) -> str:
+    """The base's on-disk name of an adapter's module path (its own, or transformers 5's renamed)."""
+    candidates = [module] + [re.sub(pattern, name, module) for pattern, name in renames
                              if re.search(pattern, module)]
     for candidate in candidates:
         if any(key.startswith(candidate + ".") for key in base):

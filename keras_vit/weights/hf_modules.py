@@ -1,0 +1,90 @@
+"""transformers' names for the blocks of each family: on disk, and in memory under transformers 5.
+
+`save_pretrained` writes (and keras_vit.weights.hf_families reads) the names
+transformers 4 gave: "encoder.layer.N.attention.attention.query.weight".
+transformers 5 renamed some families' modules in memory, converting the names
+when it loads and saves ("layers.N.attention.q_proj" for ViT and DeiT,
+"model.layer.N." for DINOv3's blocks), and peft saves the in-memory module
+paths. So one table per block layout holds both: the HF reader reads the names
+on disk, the peft writer (keras_vit.runs.adapter) writes transformers 5's, and
+the peft reader (keras_vit.weights.peft) maps either back to the names on disk.
+The in-memory names were read off transformers 5.24's nn.Linear modules and
+its files (tests/test_peft.py loads what the writer writes with peft).
+"""
+
+from __future__ import annotations
+
+from typing import Dict, NamedTuple, Optional
+
+
+class Blocks(NamedTuple):
+    """Where block i sits under a model's prefix, and its parts (the key table's block parts,
+    keras_vit.weights.layout.BLOCK_PARTS) within it."""
+
+    on_disk: str  # block i's path in the files, "encoder.layer.{i}."
+    parts: Dict[str, str]  # every part -> its name on disk
+    in_memory: str  # block i's module path under transformers 5
+    modules: Dict[str, str]  # each projection -> its nn.Linear under transformers 5; absent: no one module
+
+    def module(self, i: int, part: str) -> Optional[str]:
+        """Block i's transformers 5 module of `part` (a projection), None where it has none."""
+        return self.in_memory.format(i=i) + self.modules[part] if part in self.modules else None
+
+    def renames(self):
+        """(in-memory module, the same on disk) pairs of block {i}'s projections whose names differ."""
+        for part, module in self.modules.items():
+            on_disk = self.on_disk + self.parts[part]
+            if self.in_memory + module != on_disk:
+                yield self.in_memory + module, on_disk
+
+
+_RENAMED = dict(query="attention.q_proj", key="attention.k_proj", value="attention.v_proj", out="attention.o_proj")
+_TOWER = dict(query="self_attn.q_proj", key="self_attn.k_proj", value="self_attn.v_proj", out="self_attn.out_proj",
+              fc1="mlp.fc1", fc2="mlp.fc2")
+
+# ViT and DeiT: transformers 5 moved the blocks and renamed every projection.
+VIT = Blocks("encoder.layer.{i}.", dict(
+    query="attention.attention.query", key="attention.attention.key", value="attention.attention.value",
+    out="attention.output.dense", norm1="layernorm_before", norm2="layernorm_after", fc1="intermediate.dense",
+    fc2="output.dense"), "layers.{i}.", dict(_RENAMED, fc1="mlp.fc1", fc2="mlp.fc2"))
+# DINOv2: the blocks stay, the attention's projections are renamed.
+DINOV2 = Blocks("encoder.layer.{i}.", dict(
+    VIT.parts, norm1="norm1", norm2="norm2", fc1="mlp.fc1", fc2="mlp.fc2", ls1="layer_scale1.lambda1",
+    ls2="layer_scale2.lambda1"), "encoder.layer.{i}.", dict(_RENAMED, fc1="mlp.fc1", fc2="mlp.fc2"))
+# Dinov2SwiGLUFFN: one weights_in on disk for the gate and up projections (keras_vit's one fc1),
+# two modules in transformers 5 (mlp.gate_proj, mlp.up_proj): fc1 has no one module.
+DINOV2_SWIGLU = DINOV2._replace(parts=dict(DINOV2.parts, fc1="mlp.weights_in", fc2="mlp.weights_out"),
+                                modules=dict(_RENAMED, fc2="mlp.down_proj"))
+# DINOv3: its names are transformers 5's already; the blocks sit under "model." in memory.
+DINOV3 = Blocks("layer.{i}.", dict(
+    _RENAMED, norm1="norm1", norm2="norm2", fc1="mlp.up_proj", fc2="mlp.down_proj", ls1="layer_scale1.lambda1",
+    ls2="layer_scale2.lambda1"), "model.layer.{i}.", dict(_RENAMED, fc1="mlp.up_proj", fc2="mlp.down_proj"))
+# Its gated MLP (use_gated_mlp): mlp.gate_proj and mlp.up_proj are keras_vit's one fc1 (the gate first).
+DINOV3_GATED = DINOV3._replace(modules=dict(_RENAMED, fc2="mlp.down_proj"))
+# CLIP, MetaCLIP 2, SigLIP and SigLIP2 towers: the same names on disk and in memory.
+TOWER = Blocks("encoder.layers.{i}.", dict(_TOWER, norm1="layer_norm1", norm2="layer_norm2"),
+               "encoder.layers.{i}.", _TOWER)
+# AIMv2: always gated (ffn.gate_proj and ffn.up_proj are keras_vit's one fc1).
+AIMV2 = Blocks("encoder.layers.{i}.", dict(
+    query="attention.q_proj", key="attention.k_proj", value="attention.v_proj", out="attention.out_proj",
+    norm1="rms_norm1", norm2="rms_norm2", fc1="ffn.up_proj", fc2="ffn.down_proj"),
+    "encoder.layers.{i}.", dict(query="attention.q_proj", key="attention.k_proj", value="attention.v_proj",
+                                out="attention.out_proj", fc2="ffn.down_proj"))
+
+# config.json's model_type -> its blocks (blocks_of: a DINOv2's and DINOv3's gated MLP).
+BLOCKS = {
+    "vit": VIT, "deit": VIT, "dinov2": DINOV2, "dinov2_with_registers": DINOV2, "dinov3_vit": DINOV3,
+    "clip": TOWER, "clip_vision_model": TOWER, "metaclip_2": TOWER, "metaclip_2_vision_model": TOWER,
+    "siglip": TOWER, "siglip_vision_model": TOWER, "siglip2": TOWER, "siglip2_vision_model": TOWER,
+    "aimv2": AIMV2, "aimv2_vision_model": AIMV2,
+}
+
+
+def blocks_of(config: dict) -> Optional[Blocks]:
+    """The blocks of an HF config.json (None for a model_type keras-vit does not read)."""
+    blocks = BLOCKS.get(config.get("model_type"))
+    if blocks is DINOV2 and config.get("use_swiglu_ffn"):
+        return DINOV2_SWIGLU
+    if blocks is DINOV3 and config.get("use_gated_mlp"):
+        return DINOV3_GATED
+    return blocks
