@@ -244,34 +244,43 @@ def test_a_lora_run_from_a_family_folder_writes_an_adapter_peft_loads(family, tm
     assert max(np.abs(v).max() for k, v in written.items() if "lora_B" in k) > 0
 
 
-def test_swiglu_updates_have_no_peft_module_and_write_no_peft_folder(tmp_path):
-    """DINOv2's SwiGLU holds its gate and up projections as one keras_vit fc1 and two transformers
-    modules: a run adapting the MLP writes no peft folder (its adapter.safetensors stays); one
-    adapting attention alone writes it."""
+def test_a_swiglu_fc1_update_is_two_modules_sharing_a(tmp_path):
+    """DINOv2's SwiGLU holds its gate and up projections as one keras_vit fc1 (the gate's outputs
+    first) and two transformers modules: each gets A, and its half of B."""
     from keras_vit.runs.adapter import PeftBase, write_peft_adapter
 
     base = PeftBase("facebook/dinov2-giant", {"model_type": "dinov2", "architectures": ["Dinov2Model"],
                                               "use_swiglu_ffn": True})
     config = keras_vit.ViTConfig(patch_size=8, hidden_size=24, mlp_dim=32, num_heads=2, num_layers=1,
                                  mlp_activation="swiglu", lora_rank=2)
-    attention_only = keras_vit.ViT(config, image_size=16, num_classes=3)
-    folder = write_peft_adapter(tmp_path / "attention", attention_only, base)
-    written = json.loads((tmp_path / "attention" / "peft" / "adapter_config.json").read_text())
-    assert folder is not None and written["auto_mapping"]["base_model_class"] == "Dinov2Model"
-    assert written["target_modules"] == ["encoder.layer.0.attention.q_proj", "encoder.layer.0.attention.v_proj"]
-    assert written["modules_to_save"] is None
-    with_mlp = keras_vit.ViT(config.replace(lora_targets=("query", "mlp")), image_size=16, num_classes=3)
-    assert write_peft_adapter(tmp_path / "mlp", with_mlp, base) is None
-    assert not (tmp_path / "mlp" / "peft").exists()
+    from keras_vit.weights.layout import variables_by_key
+
+    model = keras_vit.ViT(config.replace(lora_targets=("query", "mlp")), image_size=16, num_classes=3)
+    variables = variables_by_key(model)
+    a, b = (next(v for k, v in variables.items() if k.endswith(f"MlpBlock_3/Dense_0/lora_{f}")) for f in "ab")
+    b.assign(np.random.default_rng(0).normal(size=b.shape))
+    folder = write_peft_adapter(tmp_path, model, base)
+    written = json.loads((tmp_path / "peft" / "adapter_config.json").read_text())
+    assert written["auto_mapping"]["base_model_class"] == "Dinov2Model" and written["modules_to_save"] is None
+    assert written["target_modules"] == [f"encoder.layer.0.{m}" for m in (
+        "attention.q_proj", "mlp.down_proj", "mlp.gate_proj", "mlp.up_proj")]
+    tensors = load_file(f"{folder}/adapter_model.safetensors")
+    mlp = "base_model.model.encoder.layer.0.mlp."
+    for half, module in enumerate(("gate_proj", "up_proj")):
+        np.testing.assert_array_equal(tensors[f"{mlp}{module}.lora_A.weight"], np.asarray(a).T)
+        np.testing.assert_array_equal(tensors[f"{mlp}{module}.lora_B.weight"],
+                                      np.asarray(b)[:, half * 32:(half + 1) * 32].T)
 
 
 # The families whose blocks peft sees under other names than ViT's (keras_vit.weights.hf_modules):
-# test_hf_families' case -> the LoRA targets. DINOv3's blocks sit under "model." in memory only;
-# a gated MLP (DINOv3's, AIMv2's) has no one module for fc1, so those runs adapt attention alone.
+# test_hf_families' case -> the LoRA targets. DINOv3's blocks sit under "model." in memory only; a
+# gated MLP's fc1 is keras_vit's one projection and transformers' two modules (DINOv2's SwiGLU
+# one tensor on disk, DINOv3's and AIMv2's two).
 LAYOUT_CASES = {
+    "dinov2_swiglu_classifier": ("query", "value", "mlp"),
     "dinov3": ("query", "key", "value", "out", "mlp"),
-    "dinov3_gated": ("query", "value", "out"),
-    "aimv2_vision": ("query", "key", "value", "out"),
+    "dinov3_gated": ("query", "value", "out", "mlp"),
+    "aimv2_vision": ("query", "key", "value", "out", "mlp"),
     "metaclip_2_vision_projection": ("query", "value", "mlp"),
     "siglip2_classifier": ("query", "value", "mlp"),
 }

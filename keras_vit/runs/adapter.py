@@ -176,8 +176,8 @@ def write_peft_adapter(workdir, vit, base: PeftBase) -> "str | None":
     folder a PyTorch user loads with peft.PeftModel.from_pretrained(<adapter_config.json's
     auto_mapping base_model_class> of `base`, folder): lora_A.weight = A^T (r, in),
     lora_B.weight = B^T (out, r) under transformers 5's module names, the heads as
-    modules_to_save. -> the folder; None where no class fits or an update has no one module
-    (a gated MLP's fc1, which transformers holds as two)."""
+    modules_to_save; a gated MLP's fc1 as its two modules. -> the folder; None where no class fits
+    or an update has no module there."""
     from safetensors.numpy import save
 
     from keras_vit.model.lora import adapter_params
@@ -228,10 +228,13 @@ def _peft_tensors(params: dict, blocks, peft_class: PeftClass) -> "dict | None":
                 tensors[f"base_model.model.{peft_class.heads[root]}.{leaf}"] = value.T if leaf == "weight" else value
             continue
         path, leaf = key.split("/", 2)[2].rsplit("/", 1)
-        module = blocks.module(block, parts.get(path))
-        if module is None:
+        modules = blocks.modules_of(block, parts.get(path))
+        if not modules:
             return None
-        module = peft_class.prefix + module
+        # A gated MLP's fc1 (the gate's outputs, then up's) is two modules in transformers: both
+        # share A, and each takes its half of B's outputs. W + A B splits exactly so.
+        halves = [value] * len(modules) if leaf == "lora_a" else np.split(value, len(modules), axis=-1)
         factor = "lora_A" if leaf == "lora_a" else "lora_B"
-        tensors[f"base_model.model.{module}.{factor}.weight"] = np.ascontiguousarray(value.T)
+        for module, half in zip(modules, halves):
+            tensors[f"base_model.model.{peft_class.prefix}{module}.{factor}.weight"] = np.ascontiguousarray(half.T)
     return tensors

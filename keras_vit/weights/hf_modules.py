@@ -14,7 +14,7 @@ its files (tests/test_peft.py loads what the writer writes with peft).
 
 from __future__ import annotations
 
-from typing import Dict, NamedTuple, Optional
+from typing import Dict, Iterator, NamedTuple, Optional, Tuple, Union
 
 
 class Blocks(NamedTuple):
@@ -24,18 +24,30 @@ class Blocks(NamedTuple):
     on_disk: str  # block i's path in the files, "encoder.layer.{i}."
     parts: Dict[str, str]  # every part -> its name on disk
     in_memory: str  # block i's module path under transformers 5
-    modules: Dict[str, str]  # each projection -> its nn.Linear under transformers 5; absent: no one module
+    # Each projection -> its nn.Linear under transformers 5, or (gate, up) for a gated MLP's fc1,
+    # which keras_vit holds as one projection of twice the width, the gate's outputs first.
+    modules: Dict[str, Union[str, Tuple[str, str]]]
+    fused_on_disk: bool = False  # the gated fc1's two modules are parts["fc1"]'s halves in the files
 
-    def module(self, i: int, part: str) -> Optional[str]:
-        """Block i's transformers 5 module of `part` (a projection), None where it has none."""
-        return self.in_memory.format(i=i) + self.modules[part] if part in self.modules else None
+    def modules_of(self, i: int, part: str) -> Tuple[str, ...]:
+        """Block i's transformers 5 modules of `part` (a projection): one, the (gate, up) pair of a
+        gated fc1, or none."""
+        module = self.modules.get(part, ())
+        return tuple(self.in_memory.format(i=i) + m for m in ((module,) if isinstance(module, str) else module))
 
-    def renames(self):
-        """(in-memory module, the same on disk) pairs of block {i}'s projections whose names differ."""
+    def renames(self) -> Iterator[Tuple[str, str, Optional[int]]]:
+        """(in-memory module, its tensor on disk, which half of it or None) of block {i}'s projections,
+        where the two differ."""
         for part, module in self.modules.items():
-            on_disk = self.on_disk + self.parts[part]
-            if self.in_memory + module != on_disk:
-                yield self.in_memory + module, on_disk
+            if isinstance(module, str):
+                pairs = [(module, self.parts[part], None)]
+            elif self.fused_on_disk:
+                pairs = [(half, self.parts[part], rows) for rows, half in enumerate(module)]
+            else:  # the files hold the gate and up projections apart, under their own names
+                pairs = [(half, half, None) for half in module]
+            for in_memory, on_disk, rows in pairs:
+                if (self.in_memory + in_memory, rows) != (self.on_disk + on_disk, None):
+                    yield self.in_memory + in_memory, self.on_disk + on_disk, rows
 
 
 _RENAMED = dict(query="attention.q_proj", key="attention.k_proj", value="attention.v_proj", out="attention.o_proj")
@@ -51,25 +63,27 @@ VIT = Blocks("encoder.layer.{i}.", dict(
 DINOV2 = Blocks("encoder.layer.{i}.", dict(
     VIT.parts, norm1="norm1", norm2="norm2", fc1="mlp.fc1", fc2="mlp.fc2", ls1="layer_scale1.lambda1",
     ls2="layer_scale2.lambda1"), "encoder.layer.{i}.", dict(_RENAMED, fc1="mlp.fc1", fc2="mlp.fc2"))
-# Dinov2SwiGLUFFN: one weights_in on disk for the gate and up projections (keras_vit's one fc1),
-# two modules in transformers 5 (mlp.gate_proj, mlp.up_proj): fc1 has no one module.
+# Dinov2SwiGLUFFN: one weights_in on disk (the gate's rows first, as keras_vit's fc1), two
+# modules in transformers 5.
 DINOV2_SWIGLU = DINOV2._replace(parts=dict(DINOV2.parts, fc1="mlp.weights_in", fc2="mlp.weights_out"),
-                                modules=dict(_RENAMED, fc2="mlp.down_proj"))
+                                modules=dict(_RENAMED, fc1=("mlp.gate_proj", "mlp.up_proj"), fc2="mlp.down_proj"),
+                                fused_on_disk=True)
 # DINOv3: its names are transformers 5's already; the blocks sit under "model." in memory.
 DINOV3 = Blocks("layer.{i}.", dict(
     _RENAMED, norm1="norm1", norm2="norm2", fc1="mlp.up_proj", fc2="mlp.down_proj", ls1="layer_scale1.lambda1",
     ls2="layer_scale2.lambda1"), "model.layer.{i}.", dict(_RENAMED, fc1="mlp.up_proj", fc2="mlp.down_proj"))
-# Its gated MLP (use_gated_mlp): mlp.gate_proj and mlp.up_proj are keras_vit's one fc1 (the gate first).
-DINOV3_GATED = DINOV3._replace(modules=dict(_RENAMED, fc2="mlp.down_proj"))
+# Its gated MLP (use_gated_mlp): mlp.gate_proj and mlp.up_proj, on disk too, are keras_vit's one fc1.
+DINOV3_GATED = DINOV3._replace(modules=dict(_RENAMED, fc1=("mlp.gate_proj", "mlp.up_proj"), fc2="mlp.down_proj"))
 # CLIP, MetaCLIP 2, SigLIP and SigLIP2 towers: the same names on disk and in memory.
 TOWER = Blocks("encoder.layers.{i}.", dict(_TOWER, norm1="layer_norm1", norm2="layer_norm2"),
                "encoder.layers.{i}.", _TOWER)
-# AIMv2: always gated (ffn.gate_proj and ffn.up_proj are keras_vit's one fc1).
+# AIMv2: always gated (ffn.gate_proj and ffn.up_proj, on disk too, are keras_vit's one fc1).
 AIMV2 = Blocks("encoder.layers.{i}.", dict(
     query="attention.q_proj", key="attention.k_proj", value="attention.v_proj", out="attention.out_proj",
     norm1="rms_norm1", norm2="rms_norm2", fc1="ffn.up_proj", fc2="ffn.down_proj"),
     "encoder.layers.{i}.", dict(query="attention.q_proj", key="attention.k_proj", value="attention.v_proj",
-                                out="attention.out_proj", fc2="ffn.down_proj"))
+                                out="attention.out_proj", fc1=("ffn.gate_proj", "ffn.up_proj"),
+                                fc2="ffn.down_proj"))
 
 # config.json's model_type -> its blocks (blocks_of: a DINOv2's and DINOv3's gated MLP).
 BLOCKS = {

@@ -98,13 +98,14 @@ def _adapter_tensors(directory: str, where: str) -> Dict[str, np.ndarray]:
     return read_safetensors(path)
 
 
-def _renames(config: dict) -> List[Tuple[str, str]]:
-    """(pattern, replacement) from a transformers 5 module path of the base's blocks to its name on disk."""
+def _renames(config: dict) -> List[Tuple[str, str, Optional[int]]]:
+    """(pattern, replacement, half) from a transformers 5 module path of the base's blocks to its
+    tensor on disk (half: 0 or 1 where a gated MLP's two modules are one tensor's halves there)."""
     blocks = blocks_of(config)
     if blocks is None:
         return []
     return [(r"(^|\.)" + re.escape(module).replace(re.escape("{i}"), r"(\d+)") + "$",
-             r"\g<1>" + on_disk.replace("{i}", r"\g<2>")) for module, on_disk in blocks.renames()]
+             r"\g<1>" + on_disk.replace("{i}", r"\g<2>"), half) for module, on_disk, half in blocks.renames()]
 
 
 def merge_adapter(base: Dict[str, np.ndarray], adapter: Dict[str, np.ndarray], settings: dict,
@@ -120,29 +121,45 @@ def merge_adapter(base: Dict[str, np.ndarray], adapter: Dict[str, np.ndarray], s
         if match:
             pairs.setdefault(match.group(1), {})[match.group(2)] = value
             continue
-        module, leaf = name.rsplit(".", 1)
-        merged[f"{_on_disk(module, base, where, renames)}.{leaf}"] = value  # modules_to_save, trained biases
+        module, leaf = name.rsplit(".", 1)  # modules_to_save, trained biases
+        on_disk, half = _on_disk(module, base, where, renames)
+        if half is None:
+            merged[f"{on_disk}.{leaf}"] = value
+        else:
+            _half(merged, f"{on_disk}.{leaf}", half)[...] = value
     for module, factors in sorted(pairs.items()):
         if set(factors) != {"A", "B"}:
             raise UserError(f"{where}: the adapter holds lora_{''.join(sorted(factors))} of {module} without its pair.")
         a, b = factors["A"].astype(np.float64), factors["B"].astype(np.float64)
-        weight = f"{_on_disk(module, base, where, renames)}.weight"
-        if a.shape[0] != b.shape[1] or (b.shape[0], a.shape[1]) != base[weight].shape:
+        on_disk, half = _on_disk(module, base, where, renames)
+        weight = _half(merged, f"{on_disk}.weight", half)
+        if a.shape[0] != b.shape[1] or (b.shape[0], a.shape[1]) != weight.shape:
             raise UserError(f"{where}: the update of {module} ({b.shape[0]}x{a.shape[1]}) does not fit the base's "
-                            f"{weight} {base[weight].shape}: the adapter was trained on another architecture; give "
-                            f"it the base it was trained on.")
-        update = _scale(module, a.shape[0], settings) * (b @ a)
-        merged[weight] = (base[weight].astype(np.float64) + update).astype(base[weight].dtype)
+                            f"{on_disk}.weight {weight.shape}: the adapter was trained on another architecture; "
+                            f"give it the base it was trained on.")
+        weight[...] = weight.astype(np.float64) + _scale(module, a.shape[0], settings) * (b @ a)
     return merged
 
 
-def _on_disk(module: str, base: Dict[str, np.ndarray], where: str, renames) -> str:
-    """The base's on-disk name of an adapter's module path (its own, or transformers 5's renamed)."""
-    candidates = [module] + [re.sub(pattern, name, module) for pattern, name in renames
-                             if re.search(pattern, module)]
-    for candidate in candidates:
+def _half(merged: Dict[str, np.ndarray], name: str, half: Optional[int]) -> np.ndarray:
+    """A writable view of merged[name], copied first (the base's arrays may be read-only and stay
+    untouched), or of the half of its rows that one module of a gated MLP is on disk (the gate: 0,
+    up: 1)."""
+    merged[name] = np.array(merged[name], copy=True)
+    if half is None:
+        return merged[name]
+    rows = merged[name].shape[0] // 2
+    return merged[name][half * rows:(half + 1) * rows]
+
+
+def _on_disk(module: str, base: Dict[str, np.ndarray], where: str, renames) -> Tuple[str, Optional[int]]:
+    """The base's on-disk name of an adapter's module path (its own, or transformers 5's renamed),
+    and the half of it the module is (None: all)."""
+    candidates = [(module, None)] + [(re.sub(pattern, name, module), half) for pattern, name, half in renames
+                                     if re.search(pattern, module)]
+    for candidate, half in candidates:
         if any(key.startswith(candidate + ".") for key in base):
-            return candidate
+            return candidate, half
     raise UserError(f"{where}: the adapter's module {module} is not in the base model: the adapter was trained on "
                     f"another architecture; give it the base it was trained on.")
 
