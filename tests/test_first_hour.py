@@ -115,3 +115,24 @@ def test_22_2_an_unpublished_checkpoint_name_fails_before_the_data_is_read(tmp_p
     assert code == 2 and len(err) == 1, err
     assert err[0].startswith("keras-vit train: error: --weights: No 'imagenet21k' checkpoint is published for ViT Ti/16")
     assert "augreg-imagenet21k" in err[0]
+
+
+@pytest.mark.slow
+def test_a_python_script_that_trains_on_a_folder_exits(photos, tmp_path):
+    """train() on decoded files, the batch far larger than the set, in a script of its own: the
+    script ends. Its input streams used to live until the interpreter's exit, whose destructor
+    then waited forever on a decoder (a tf.numpy_function) the exiting interpreter could not run."""
+    import subprocess
+    import sys
+
+    script = ("from keras_vit.training import TrainConfig, train\n"
+              f"train(TrainConfig.create('finetune', model='Nano/4', dataset='folder:{photos}', image_size=64,"
+              f" steps=1, warmup_steps=0, batch_size=512, workdir={str(tmp_path / 'run')!r}, progress=False,"
+              " jit_compile=False))\n"
+              "print('returned', flush=True)\n")
+    try:
+        done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    except subprocess.TimeoutExpired as stuck:
+        assert "returned" not in (stuck.stdout or b"").decode(), "train() returned, then the script did not exit"
+        raise
+    assert done.returncode == 0 and "returned" in done.stdout, done.stderr[-2000:]

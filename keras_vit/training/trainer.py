@@ -119,8 +119,11 @@ class Trainer:
             if self.restore():
                 return self.already_finished()
             self.start_session()
-            self.fit()
-            return self.finish()
+            try:
+                self.fit()
+                return self.finish()
+            finally:
+                self._close_inputs()
 
     def build(self) -> None:
         """Strategy, data, the run's plan, model, optimizer, compiled steps, checkpoint manager."""
@@ -290,6 +293,12 @@ class Trainer:
         self.train_iterator = iter(train)
         self.eval_inputs = self.strategy.distribute_datasets_from_function(
             lambda ctx: data_lib.eval_dataset(self.source, self.plan, self.plan.eval_steps, ctx))
+
+    def _close_inputs(self) -> None:
+        """Drops the input streams now, while Python runs their decoders (tf.numpy_function).
+        Left to the interpreter's exit, a stream whose prefetch waits in a decoder deadlocks
+        the exit: its destructor waits for the decoder, which waits for the interpreter."""
+        self.train_iterator = self.eval_inputs = None
 
     # --- training -----------------------------------------------------------------------
 
