@@ -120,7 +120,7 @@ def test_a_documented_command_parses_and_passes_the_checks(argv, status, tmp_pat
 
 def _runs_offline(argv):
     text = " ".join(argv)
-    if argv[0] in ("predict", "inspect"):
+    if argv[0] in ("predict", "inspect", "evaluate"):
         return argv[1] == "runs/demo"
     return argv[0] == "variants" or (argv[0] == "train" and "--dataset mnist5k" in text and "--weights" not in text
                                      and "Mu/4" in text)

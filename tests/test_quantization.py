@@ -268,6 +268,34 @@ def test_a_quantized_run_predicts_and_exports_integer_weights_validated(quantize
     assert "tflite-int8 does not take a quantised (int8) model" in capsys.readouterr().err
 
 
+@pytest.mark.slow
+def test_an_int4_run_evaluates_predicts_and_exports_validated(quantized_runs, digits_run, tmp_path, capsys):
+    """An int4 run as any run: evaluate, predict, and a SavedModel holding the packed int4 kernels
+    (two a byte, as int8) and a TFLite file, each validated against the int4 Keras model."""
+    import tensorflow as tf
+    from PIL import Image
+
+    from keras_vit.export.data import mnist_digits
+
+    quantized_run = quantized_runs("int4")
+    assert main(["evaluate", str(quantized_run), "mnist", "--num-images", "100"]) == 0
+    assert "on 100 images of mnist (10 classes): top-1" in capsys.readouterr().out
+    Image.fromarray(mnist_digits(split="test").images[0, ..., 0].astype(np.uint8)).save(tmp_path / "0.png")
+    assert main(["predict", str(quantized_run), str(tmp_path / "0.png")]) == 0
+    out = tmp_path / "exports"
+    assert main(["export", str(quantized_run), "--out", str(out), "--formats", "saved_model,tflite", "--data",
+                 "mnist", "--num-validation", "32", "--latency-runs", "1", "--quiet"]) == 0
+    rows = {row["format"]: row for row in json.loads((out / "report.json").read_text())["artifacts"]}
+    assert set(rows) == {"saved_model", "tflite"} and all(row["passed"] for row in rows.values())
+    assert rows["tflite"]["notes"]["quantization"].endswith("from the model's int4 weights")
+    served = tf.saved_model.load(str(out / "int4" / "1"))
+    packed = {v.name[:-2]: tuple(v.shape) for v in served.variables
+              if v.dtype == tf.int8 and v.name.endswith("kernel:0")}
+    floats = {w.path: tuple(w.shape) for w in keras_vit.load_model(digits_run).weights}
+    mlp = [name for name in packed if "MlpBlock" in name]  # two int4 values a byte, along the outputs
+    assert mlp and all(packed[name] == (*floats[name][:-1], floats[name][-1] // 2) for name in mlp), packed
+
+
 @pytest.mark.parametrize("mode", ["int8", "int4"])
 @pytest.mark.slow
 def test_lora_on_a_quantized_run_trains_the_updates_and_merges_over_the_integer_base(mode, quantized_runs, tmp_path,

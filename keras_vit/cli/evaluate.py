@@ -1,0 +1,119 @@
+"""`keras-vit evaluate MODEL DATA`: a classifier's accuracy on labelled images.
+
+    keras-vit evaluate runs/photos photos/
+
+MODEL is anything predict takes (a run folder, a LoRA or quantised run, a
+.keras file, a checkpoint); DATA a folder of class sub-folders, 'mnist' (the
+1,000 digits no run trains on) or an .npz with labels. Images are decoded
+and resized to the model's size as predict reads them. A folder's classes
+are matched to the model's by name (by position where the model has no
+names), so a folder holding some of the model's classes is measured on them.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import List, Optional
+
+import numpy as np
+
+from keras_vit.utils.flags import positive_int
+
+
+def add_arguments(parser):
+    from keras_vit.inspection.cli_predict import MODEL_HELP, add_size_arguments
+
+    parser.add_argument("model", help=MODEL_HELP)
+    parser.add_argument("data", help="labelled images: a folder of class sub-folders, 'mnist', or an .npz with "
+                                     "'images' and 'labels'")
+    parser.add_argument("--num-images", type=positive_int,
+                        help="at most this many images, a seeded sample across classes (default: all)")
+    parser.add_argument("--labels", help="the model's class names, one per line (default: its own, else its run's)")
+    parser.add_argument("--batch-size", type=positive_int, default=64, help="images per step (default 64)")
+    parser.add_argument("--json", action="store_true", help="print the figures as one JSON object")
+    add_size_arguments(parser)
+
+
+def run(args):
+    from keras_vit.errors import UserError
+    from keras_vit.export import data as data_lib
+    from keras_vit.export.serving import input_size, keras_probabilities
+    from keras_vit.inspection.cli_predict import open_sized
+
+    source, size = open_sized(args)
+    model = source.model
+    if not getattr(model, "include_top", False):
+        raise UserError(f"{args.model} has no classification head (include_top=False): evaluate measures a "
+                        f"classifier; give a run or checkpoint with its head.")
+    height, width, channels = input_size(model)
+    data = data_lib.load(args.data, size or (height, width), channels)
+    if data.labels is None:
+        raise UserError(f"{args.data} has no labels: give a folder of class sub-folders, 'mnist', or an .npz with "
+                        f"a 'labels' array.")
+    names = _class_names(args.data, data)
+    labels = _model_ids(data.labels, names, source.labels, model.num_classes, args.data)
+    data = data_lib.sample(data_lib.Images(data.images, labels, data.source), args.num_images)
+    probabilities = keras_probabilities(model, data.images, args.batch_size)
+    figures = _figures(probabilities, data.labels, source.labels)
+    figures = {"model": str(args.model), "data": str(args.data), **figures}
+    if args.json:
+        print(json.dumps(figures, indent=2))
+    else:
+        _print(figures, source.description)
+    return 0
+
+
+def _class_names(spec, data) -> Optional[List[str]]:
+    """The data's class names by label id: a folder's class sub-folders (sorted), the digits'
+    "0".."9"; None for arrays."""
+    from keras_vit import images as images_lib
+    from keras_vit.utils import storage
+
+    if str(spec).lower() == "mnist":
+        return [str(i) for i in range(10)]
+    if storage.exists(str(spec)) and storage.isdir(str(spec)):
+        return images_lib.class_folders(str(spec))
+    return None
+
+
+def _model_ids(labels, names, model_names, num_classes: int, where) -> np.ndarray:
+    """The data's labels as the model's class ids: by name where both have names, else as they are."""
+    from keras_vit.errors import UserError
+
+    labels = np.asarray(labels, np.int64)
+    if names is not None and model_names is not None:
+        index = {str(name): i for i, name in enumerate(model_names)}
+        unknown = [name for name in names if name not in index]
+        if unknown:
+            raise UserError(f"{where} has classes the model does not know: {', '.join(unknown[:5])} (the model's: "
+                            f"{', '.join(map(str, list(model_names)[:8]))}{', ...' if len(model_names) > 8 else ''}): "
+                            f"evaluate on folders named as the model's classes, or give its names with --labels.")
+        return np.array([index[names[label]] for label in labels], np.int64)
+    if labels.min() < 0 or labels.max() >= num_classes:
+        raise UserError(f"{where} has labels {labels.min()}..{labels.max()}, and the model {num_classes} classes "
+                        f"(0..{num_classes - 1}): give data labelled for this model.")
+    return labels
+
+
+def _figures(probabilities: np.ndarray, labels: np.ndarray, model_names) -> dict:
+    """Top-1 (and top-5, for more than 5 classes) accuracy, overall and per class present."""
+    ranked = np.argsort(-probabilities, axis=1)
+    top1 = ranked[:, 0] == labels
+    figures = {"images": int(len(labels)), "classes": int(len(np.unique(labels))), "top1": float(top1.mean())}
+    if probabilities.shape[1] > 5:
+        figures["top5"] = float(np.any(ranked[:, :5] == labels[:, None], axis=1).mean())
+    name = (lambda c: str(model_names[c])) if model_names is not None else str
+    figures["per_class"] = {name(c): {"images": int(np.sum(labels == c)), "top1": float(top1[labels == c].mean())}
+                            for c in np.unique(labels)}
+    return figures
+
+
+def _print(figures: dict, description: str) -> None:
+    line = (f"{description} on {figures['images']} images of {figures['data']} ({figures['classes']} classes): "
+            f"top-1 {figures['top1']:.2%}")
+    if "top5" in figures:
+        line += f", top-5 {figures['top5']:.2%}"
+    print(line)
+    width = max(len(name) for name in figures["per_class"])
+    for name, per_class in figures["per_class"].items():
+        print(f"  {name:<{width}}  {per_class['images']:>5} images  top-1 {per_class['top1']:.2%}")
