@@ -7,7 +7,8 @@ mark) from the same random official-format .npz of the model (LoRA needs weights
 full fine-tuning starts from the same ones), on random 224 px images of 10 classes, with
 keras_vit.training.train and the finetune recipe (SGD with momentum, float32, XLA as the
 trainer picks it). The step time is the median of the steps after the first two (the first
-traces and compiles). Writes benchmarks/results_lora.{json,md}.
+traces and compiles). Writes benchmarks/results_lora.{json,md} (results_lora_L16.{json,md} for
+--model L/16: one file pair per model).
 """
 
 from __future__ import annotations
@@ -76,7 +77,8 @@ def main():
         rows.append(fresh.run_child(__file__, spec))
         print(rows[-1], flush=True)
     machine = fresh.machine()
-    with open(os.path.join(HERE, "results_lora.json"), "w") as f:
+    stem = "results_lora" + ("" if args.model == "B/16" else "_" + args.model.replace("/", ""))
+    with open(os.path.join(HERE, stem + ".json"), "w") as f:
         json.dump({"machine": machine, "model": args.model, "image_size": args.size, "batch": args.batch,
                    "rows": rows}, f, indent=1)
     full = rows[0]
@@ -89,7 +91,7 @@ def main():
         lines.append(f"| {name} | {row['trainable']:,} | {row['trainable'] / row['total']:.2%} | {row['step_s']:.2f} | "
                      f"{row['step_s'] / full['step_s']:.2f}x | {row['peak_rss_mib']:.0f} | "
                      f"{row['peak_rss_mib'] / full['peak_rss_mib']:.2f}x |")
-    with open(os.path.join(HERE, "results_lora.md"), "w") as f:
+    with open(os.path.join(HERE, stem + ".md"), "w") as f:
         f.write("\n".join(lines) + "\n")
     print("\n".join(lines))
 

@@ -239,3 +239,21 @@ def test_an_adapter_file_round_trips_and_a_partial_one_is_refused(tmp_path):
         save_file({"x": np.zeros(2, np.float32)}, str(tmp_path / "other.safetensors"), metadata={"format": "peft"})
         read_adapter(tmp_path / "other.safetensors")
     assert path.endswith("adapter.safetensors")
+
+
+def test_layer_decay_gives_each_update_its_block_s_rate_and_the_head_the_full_rate():
+    """--layer-decay with LoRA (finetune_ld): a block's updates learn at that block's rate, as its
+    frozen kernels would (BEiT's rate ** (L + 1 - depth)), and the head at the full rate."""
+    from keras_vit.training.optimization import layer_scales
+
+    base = keras_vit.ViT(keras_vit.ViTConfig(**BASE, **FAMILIES["dinov2"]), image_size=16, num_classes=5)
+    adapted = _with_lora(base, rank=2, targets=("query", "mlp"))
+    scales, layers = layer_scales(adapted, 0.5), adapted.config.num_layers
+    trainable = {v.path for v in adapted.trainable_variables}
+    updates = {key: v.path for key, v in variables_by_key(adapted).items() if is_lora_key(key)}
+    assert updates and set(updates.values()) | {v.path for k, v in variables_by_key(adapted).items()
+                                                if part_of(k).group == CLASSIFIER} == trainable
+    for key, path in updates.items():
+        block = int(key.split("encoderblock_")[1].split("/")[0])
+        assert scales[path] == 0.5 ** (layers - block), key
+    assert {scales[v.path] for k, v in variables_by_key(adapted).items() if part_of(k).group == CLASSIFIER} == {1.0}
