@@ -46,11 +46,41 @@ def test_a_folder_s_classes_are_the_model_s_of_their_names(digits_run, tmp_path,
     assert figures["per_class"] == {name: whole[name] for name in chosen}
 
 
+def test_a_folder_is_read_a_chunk_at_a_time_and_sampled_before_decoding(tmp_path, monkeypatch):
+    """export.data.chunks: the same images as load then sample, whatever the chunk size; the files
+    sampled before decoding (a file left out is never opened)."""
+    from keras_vit import images as images_lib
+    from keras_vit.export import data as data_lib
+
+    digits = mnist_digits(split="test")
+    for name in ("3", "5"):
+        (tmp_path / name).mkdir()
+        for i in np.flatnonzero(digits.labels == int(name))[:7]:
+            Image.fromarray(digits.images[i, ..., 0].astype(np.uint8)).save(tmp_path / name / f"{i:04d}.png")
+    whole = data_lib.sample(data_lib.load(str(tmp_path), (28, 28), 1), 6)
+    parts = list(data_lib.chunks(str(tmp_path), (28, 28), 1, limit=6, size=4))
+    assert [len(part) for part in parts] == [4, 2]
+    np.testing.assert_array_equal(np.concatenate([p.images for p in parts]), whole.images)
+    np.testing.assert_array_equal(np.concatenate([p.labels for p in parts]), whole.labels)
+    loaded = data_lib.load_sample(str(tmp_path), (28, 28), 1, 6)
+    np.testing.assert_array_equal(loaded.images, whole.images)
+    opened = []
+    monkeypatch.setattr(images_lib, "decode", lambda path, *a, decode=images_lib.decode: opened.append(path) or
+                        decode(path, *a))
+    assert len(data_lib.load_sample(str(tmp_path), (28, 28), 1, 3)) == 3 and len(opened) == 3
+
+
 def test_what_cannot_be_measured_is_one_line(digits_run, tmp_path, capsys):
     (tmp_path / "cats" / "tabby").mkdir(parents=True)
     Image.fromarray(np.zeros((28, 28), np.uint8)).save(tmp_path / "cats" / "tabby" / "0.png")
     np.save(tmp_path / "unlabelled.npy", np.zeros((2, 28, 28), np.uint8))
     np.savez(tmp_path / "labels.npz", images=np.zeros((2, 28, 28), np.uint8), labels=np.array([3, 12]))
+    (tmp_path / "digits" / "7").mkdir(parents=True)
+    Image.fromarray(np.zeros((28, 28), np.uint8)).save(tmp_path / "digits" / "7" / "0.png")
+    (tmp_path / "labels.txt").write_text("\n".join(["7", "1", "2", "3", "4", "5", "6", "7", "8", "9"]))
+    assert main(["evaluate", str(digits_run), str(tmp_path / "digits"), "--labels", str(tmp_path / "labels.txt")]) == 2
+    error = capsys.readouterr().err.strip().splitlines()
+    assert len(error) == 1 and "the model has more than one class named 7" in error[0], error
     for data, message in ((tmp_path / "cats", "has classes the model does not know: tabby"),
                           (tmp_path / "unlabelled.npy", "has no labels"),
                           (tmp_path / "labels.npz", "has labels 3..12, and the model 10 classes")):

@@ -131,7 +131,7 @@ def test_a_python_script_that_trains_on_a_folder_exits(photos, tmp_path):
               " jit_compile=False))\n"
               "print('returned', flush=True)\n")
     try:
-        done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+        done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
     except subprocess.TimeoutExpired as stuck:
         assert "returned" not in (stuck.stdout or b"").decode(), "train() returned, then the script did not exit"
         raise

@@ -91,6 +91,26 @@ def test_the_same_adapter_in_transformers_4_names_gives_the_same_logits(vit_adap
                                atol=1e-4, rtol=1e-4)
 
 
+def test_an_adapter_that_trains_norms_and_biases_loads_under_the_files_names(tmp_path):
+    """transformers 5 module paths beyond the projections: a block's LayerNorms saved whole
+    (modules_to_save) and every bias trained (bias="all") sit under "vit.layers.N." in the adapter
+    and "vit.encoder.layer.N." in the base's files."""
+    config = transformers.ViTConfig(**SMALL, num_labels=5)
+    adapted, folder = _adapter(tmp_path, "vit", transformers.ViTForImageClassification(config), peft.LoraConfig(
+        r=2, lora_alpha=4, target_modules=["q_proj"], bias="all", modules_to_save=["classifier", "layernorm_before"]))
+    saved = load_file(folder / "adapter_model.safetensors")
+    assert any(".layers.1.layernorm_before." in k for k in saved) and any(".mlp.fc2.bias" in k for k in saved)
+    np.testing.assert_allclose(keras_vit.from_pretrained(str(folder))(IMAGES), _logits(adapted), atol=1e-4, rtol=1e-4)
+
+
+def test_the_names_table_covers_every_family_read_and_written():
+    from keras_vit.runs.adapter import PEFT_CLASSES
+    from keras_vit.weights.hf_families import FAMILY_MODEL_TYPES
+    from keras_vit.weights.hf_modules import BLOCKS
+
+    assert set(BLOCKS) == FAMILY_MODEL_TYPES and set(PEFT_CLASSES) == FAMILY_MODEL_TYPES
+
+
 @pytest.mark.parametrize("family", ["dinov2", "clip"])
 def test_a_family_tower_adapter_with_per_module_ranks_and_rslora_gives_peft_s_embedding(family, tmp_path):
     if family == "dinov2":

@@ -37,7 +37,7 @@ def add_arguments(parser):
 def run(args):
     from keras_vit.errors import UserError
     from keras_vit.export import data as data_lib
-    from keras_vit.export.serving import input_size, keras_probabilities
+    from keras_vit.export.serving import input_size, keras_probabilities, traced_probabilities
     from keras_vit.inspection.cli_predict import open_sized
 
     source, size = open_sized(args)
@@ -46,15 +46,17 @@ def run(args):
         raise UserError(f"{args.model} has no classification head (include_top=False): evaluate measures a "
                         f"classifier; give a run or checkpoint with its head.")
     height, width, channels = input_size(model)
-    data = data_lib.load(args.data, size or (height, width), channels)
-    if data.labels is None:
-        raise UserError(f"{args.data} has no labels: give a folder of class sub-folders, 'mnist', or an .npz with "
-                        f"a 'labels' array.")
-    names = _class_names(args.data, data)
-    labels = _model_ids(data.labels, names, source.labels, model.num_classes, args.data)
-    data = data_lib.sample(data_lib.Images(data.images, labels, data.source), args.num_images)
-    probabilities = keras_probabilities(model, data.images, args.batch_size)
-    figures = _figures(probabilities, data.labels, source.labels)
+    names, traced = _class_names(args.data), None
+    probabilities, labels = [], []
+    # A chunk at a time: a folder of any size is decoded as it is measured.
+    for chunk in data_lib.chunks(args.data, size or (height, width), channels, args.num_images):
+        if chunk.labels is None:
+            raise UserError(f"{args.data} has no labels: give a folder of class sub-folders, 'mnist', or an .npz "
+                            f"with a 'labels' array.")
+        labels.append(_model_ids(chunk.labels, names, source.labels, model.num_classes, args.data))
+        traced = traced or traced_probabilities(model)
+        probabilities.append(keras_probabilities(model, chunk.images, args.batch_size, traced=traced))
+    figures = _figures(np.concatenate(probabilities), np.concatenate(labels), source.labels)
     figures = {"model": str(args.model), "data": str(args.data), **figures}
     if args.json:
         print(json.dumps(figures, indent=2))
@@ -63,7 +65,7 @@ def run(args):
     return 0
 
 
-def _class_names(spec, data) -> Optional[List[str]]:
+def _class_names(spec) -> Optional[List[str]]:
     """The data's class names by label id: a folder's class sub-folders (sorted), the digits'
     "0".."9"; None for arrays."""
     from keras_vit import images as images_lib
@@ -77,18 +79,28 @@ def _class_names(spec, data) -> Optional[List[str]]:
 
 
 def _model_ids(labels, names, model_names, num_classes: int, where) -> np.ndarray:
-    """The data's labels as the model's class ids: by name where both have names, else as they are."""
+    """The data's labels as the model's class ids: by name where both have names (each name the
+    model's once), else by position (the data's classes as many as the model's)."""
     from keras_vit.errors import UserError
 
     labels = np.asarray(labels, np.int64)
     if names is not None and model_names is not None:
-        index = {str(name): i for i, name in enumerate(model_names)}
-        unknown = [name for name in names if name not in index]
+        model_names = [str(name) for name in model_names]
+        present = [names[label] for label in np.unique(labels)]
+        unknown = [name for name in present if name not in model_names]
+        twice = [name for name in present if model_names.count(name) > 1]
         if unknown:
             raise UserError(f"{where} has classes the model does not know: {', '.join(unknown[:5])} (the model's: "
-                            f"{', '.join(map(str, list(model_names)[:8]))}{', ...' if len(model_names) > 8 else ''}): "
-                            f"evaluate on folders named as the model's classes, or give its names with --labels.")
-        return np.array([index[names[label]] for label in labels], np.int64)
+                            f"{', '.join(model_names[:8])}{', ...' if len(model_names) > 8 else ''}): evaluate on "
+                            f"folders named as the model's classes, or give its names with --labels.")
+        if twice:
+            raise UserError(f"{where}: the model has more than one class named {', '.join(twice[:5])}, so a folder "
+                            f"of that name is no one class: give the classes unique names with --labels.")
+        model_id = {label: model_names.index(names[label]) for label in np.unique(labels)}
+        return np.array([model_id[label] for label in labels], np.int64)
+    if names is not None and len(names) != num_classes:
+        raise UserError(f"{where} has {len(names)} class folders and the model {num_classes} classes without "
+                        f"names, so they cannot be matched: give the model's class names with --labels.")
     if labels.min() < 0 or labels.max() >= num_classes:
         raise UserError(f"{where} has labels {labels.min()}..{labels.max()}, and the model {num_classes} classes "
                         f"(0..{num_classes - 1}): give data labelled for this model.")

@@ -92,7 +92,7 @@ def _images(spec, model, limit):
     from keras_vit.export.serving import input_size
 
     *size, channels = input_size(model)
-    return data_lib.sample(data_lib.load(spec, tuple(size), channels), limit)
+    return data_lib.load_sample(spec, tuple(size), channels, limit)
 
 
 def _outputs(model, pixels):
@@ -145,7 +145,7 @@ def _print(report, out):
         if "min_cosine" in agreement:
             line += f", embeddings' cosine >= {agreement['min_cosine']:.4f}"
         print(line)
-    print(f"wrote {out} (model.keras, {REPORT_FILE}): predict, inspect and export read it as a run folder")
+    print(f"wrote {out} (model.keras, {REPORT_FILE}): predict, evaluate, inspect and export read it as a run folder")
 
 
 def _mb(n):

@@ -11,7 +11,7 @@ import dataclasses
 import os
 import zipfile
 import zlib
-from typing import Optional, Tuple
+from typing import Iterator, Optional, Tuple
 
 import numpy as np
 
@@ -138,11 +138,26 @@ def _load_folder(path: str, size=None, num_channels=None) -> Images:
     files that do not decode are left out with one warning naming them
     (`keras-vit: warning: ...` on stderr, as training's).
     """
+    entries = _folder_entries(path)
+    data = _decode_entries(entries, path, size, num_channels)
+    if data is None:
+        raise UserError(f"None of the {len(entries)} images under {path} could be decoded.")
+    return data
+
+
+def _folder_entries(path: str) -> list:
+    """[(file, class id or None)] of a folder of images or of class sub-folders."""
     classes = images_lib.class_folders(path)
     entries = ([(f, i) for i, c in enumerate(classes) for f in images_lib.list_images(storage.join(path, c))]
                if classes else [(f, None) for f in images_lib.list_images(path)])
     if not entries:
         raise UserError(f"No images ({', '.join(images_lib.IMAGE_EXTENSIONS)}) under {path}.")
+    return entries
+
+
+def _decode_entries(entries: list, path: str, size=None, num_channels=None) -> Optional[Images]:
+    """The images of `entries` decoded and each resized once, to `size` when known (else to the
+    first one's); None when none decodes."""
     arrays, labels, failures = [], [], []
     for f, label in entries:
         try:
@@ -153,11 +168,45 @@ def _load_folder(path: str, size=None, num_channels=None) -> Images:
     if failures:
         _console.warn(f"{len(failures)} unreadable image(s) under {path} left out: " + "; ".join(failures))
     if not arrays:
-        raise UserError(f"None of the {len(entries)} images under {path} could be decoded.")
-    # Each file is resized once, to the model's size when known (else to the first one's).
+        return None
     size = size or arrays[0].shape[:2]
     arrays = [a if a.shape[:2] == tuple(size) else np.round(images_lib.resize(a, size)) for a in arrays]
-    return Images(np.stack(arrays).astype(np.float32), np.array(labels) if classes else None, path)
+    labelled = entries[0][1] is not None
+    return Images(np.stack(arrays).astype(np.float32), np.array(labels) if labelled else None, path)
+
+
+def load_sample(spec, image_size: Tuple[int, int], num_channels: int, limit: Optional[int]) -> Images:
+    """`sample(load(spec, ...), limit)`, a folder's files drawn before they are decoded."""
+    parts = list(chunks(spec, image_size, num_channels, limit))
+    labels = None if parts[0].labels is None else np.concatenate([part.labels for part in parts])
+    return Images(np.concatenate([part.images for part in parts]), labels, parts[0].source)
+
+
+def chunks(spec, image_size: Tuple[int, int], num_channels: int, limit: Optional[int] = None,
+           size: int = 256) -> Iterator[Images]:
+    """`sample(load(spec, ...), limit)` a chunk of `size` images at a time: a folder is decoded
+    chunk by chunk (the memory of one chunk, however many files it holds), its files drawn as
+    `sample` draws images."""
+    path = os.fspath(spec) if isinstance(spec, (str, os.PathLike)) else None
+    if path is None or path.lower() == "mnist" or not storage.isdir(path):
+        data = sample(load(spec, image_size, num_channels), limit)
+        for start in range(0, len(data), size):
+            yield data.take(start, start + size)
+        return
+    entries = _folder_entries(path)
+    if limit is not None and limit < len(entries):
+        labels = [label for _, label in entries]
+        order = (stratified_order(labels) if labels[0] is not None
+                 else np.random.default_rng(SAMPLE_SEED).permutation(len(entries)))
+        entries = [entries[i] for i in np.sort(order[:limit])]
+    decoded = 0
+    for start in range(0, len(entries), size):
+        data = _decode_entries(entries[start:start + size], path, image_size, num_channels)
+        if data is not None:
+            decoded += len(data)
+            yield Images(conform(data.images, image_size, num_channels), data.labels, data.source)
+    if not decoded:
+        raise UserError(f"None of the {len(entries)} images under {path} could be decoded.")
 
 
 def conform(images, image_size: Tuple[int, int], num_channels: int) -> np.ndarray:

@@ -284,8 +284,7 @@ class Exporter:
         from keras_vit.export import data as data_lib
 
         if self.calibration_data is not None:
-            data.calibration = data_lib.sample(data_lib.load(self.calibration_data, size, channels),
-                                               self.num_calibration)
+            data.calibration = data_lib.load_sample(self.calibration_data, size, channels, self.num_calibration)
         elif self.validation_data is not None:
             # One source for both: calibrate on a sample across classes, validate on the others.
             data.calibration, data.validation, data.held_out = data_lib.split_calibration(

@@ -131,7 +131,7 @@ PEFT_CLASSES = {
 }
 _MODULE_OF = {"clip_vision_model": "clip", "siglip_vision_model": "siglip",  # transformers.models.<module>
               "siglip2_vision_model": "siglip2", "metaclip_2_vision_model": "metaclip_2",
-              "aimv2_vision_model": "aimv2", "dinov3_vit": "dinov3_vit"}
+              "aimv2_vision_model": "aimv2"}
 
 
 class PeftBase(NamedTuple):

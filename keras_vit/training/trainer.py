@@ -118,8 +118,8 @@ class Trainer:
             self.build()
             if self.restore():
                 return self.already_finished()
-            self.start_session()
             try:
+                self.start_session()
                 self.fit()
                 return self.finish()
             finally:
@@ -298,7 +298,7 @@ class Trainer:
         """Drops the input streams now, while Python runs their decoders (tf.numpy_function).
         Left to the interpreter's exit, a stream whose prefetch waits in a decoder deadlocks
         the exit: its destructor waits for the decoder, which waits for the interpreter."""
-        self.train_iterator = self.eval_inputs = None
+        self.train_iterator = self.eval_inputs = None  # (also where start_session failed before opening them)
 
     # --- training -----------------------------------------------------------------------
 

@@ -48,7 +48,7 @@ from keras_vit.weights.checkpoint import (
     torch_map_head,
     torch_norm,
 )
-from keras_vit.weights.hf_modules import AIMV2, DINOV2, DINOV2_SWIGLU, DINOV3, TOWER, VIT
+from keras_vit.weights.hf_modules import AIMV2, DINOV3, DINOV3_GATED, TOWER, VIT, blocks_of
 from keras_vit.weights.layout import ENCODER_NORM, PATCH_NORM, attention_pool_key
 
 # transformers' Config defaults (transformers 5), for fields a config.json leaves out. ViT's
@@ -321,7 +321,7 @@ def _dinov2(hf: dict, tensors: Dict[str, np.ndarray], where: str, registers: boo
         table["reg_tokens"] = (e + "register_tokens", None)
     torch_norm(table, ENCODER_NORM, prefix + "layernorm")
     torch_dense(table, "head", "classifier")
-    blocks = DINOV2_SWIGLU if swiglu else DINOV2
+    blocks = blocks_of(hf)  # DINOV2, or DINOV2_SWIGLU: its MLP's names
     for i in range(int(c["num_hidden_layers"])):
         torch_block(table, i, prefix + blocks.on_disk.format(i=i), blocks.parts, heads)
     # embeddings.mask_token replaces masked patches in DINOv2's (iBOT) masked pre-training and
@@ -380,7 +380,7 @@ def _dinov3_tensors(tensors: Dict[str, np.ndarray], blocks: str, layers: int, hi
         tensors.setdefault(block + "attention.k_proj.bias", np.zeros((hidden,), np.float32))
         if gated:
             for leaf in ("weight", "bias"):
-                gate, up = f"{block}mlp.gate_proj.{leaf}", f"{block}mlp.up_proj.{leaf}"
+                gate, up = (f"{block}{module}.{leaf}" for module in DINOV3_GATED.modules["fc1"])
                 if gate in tensors and up in tensors:  # else both keep their names, for the loader to report
                     tensors[up] = np.concatenate([tensors.pop(gate), tensors[up]], axis=0)
     return tensors
@@ -568,13 +568,15 @@ def siglip2(hf: dict, tensors: Dict[str, np.ndarray], where: str) -> Mapped:
 _AIMV2_DEFAULTS = dict(hidden_size=1024, intermediate_size=2816, num_hidden_layers=24, num_attention_heads=8,
                        num_channels=3, image_size=224, patch_size=14, hidden_act="silu", rms_norm_eps=1e-5,
                        qkv_bias=False, mlp_bias=False, use_head=True, is_native=False)
+
+
 def _aimv2_tensors(tensors: Dict[str, np.ndarray], blocks: str, layers: int) -> Dict[str, np.ndarray]:
     """The gated MLP's gate_proj and up_proj as one Dense of twice the width, the gate first
     (mlp_activation="swiglu"), as DINOv3's."""
     tensors = dict(tensors)
     for i in range(layers):
         for leaf in ("weight", "bias"):
-            gate, up = f"{blocks.format(i=i)}ffn.gate_proj.{leaf}", f"{blocks.format(i=i)}ffn.up_proj.{leaf}"
+            gate, up = (f"{blocks.format(i=i)}{module}.{leaf}" for module in AIMV2.modules["fc1"])
             if gate in tensors and up in tensors:  # else both keep their names, for the loader to report
                 tensors[up] = np.concatenate([tensors.pop(gate), tensors[up]], axis=0)
     return tensors
@@ -736,8 +738,8 @@ _OTHER_MODELS = {
 }
 
 
-def map_family(hf: dict, tensors: Dict[str, np.ndarray], where: str) -> Mapped:
-    """The family adapter of config.json's model_type, applied."""
+def check_model_type(hf: dict, where: str) -> None:
+    """A UserError unless config.json's model_type is a family read here."""
     model_type = hf.get("model_type")
     if model_type in _OTHER_MODELS:
         raise UserError(f"{where} is a {model_type!r} model, not a ViT: {_OTHER_MODELS[model_type]}. It cannot "
@@ -745,4 +747,9 @@ def map_family(hf: dict, tensors: Dict[str, np.ndarray], where: str) -> Mapped:
     if model_type not in FAMILIES:
         raise UserError(f"{where} has model_type={model_type!r}; keras-vit reads the HF checkpoints of "
                         f"{', '.join(sorted(FAMILIES))}.")
-    return FAMILIES[model_type](hf, tensors, where)
+
+
+def map_family(hf: dict, tensors: Dict[str, np.ndarray], where: str) -> Mapped:
+    """The family adapter of config.json's model_type, applied."""
+    check_model_type(hf, where)
+    return FAMILIES[hf["model_type"]](hf, tensors, where)

@@ -37,7 +37,8 @@ class Blocks(NamedTuple):
 
     def renames(self) -> Iterator[Tuple[str, str, Optional[int]]]:
         """(in-memory module, its tensor on disk, which half of it or None) of block {i}'s projections,
-        where the two differ."""
+        where the two differ; last, the block's own paths ("layers.{i}.", "encoder.layer.{i}."),
+        which rename the rest of a block (its norms, layer scales: an adapter's modules_to_save)."""
         for part, module in self.modules.items():
             if isinstance(module, str):
                 pairs = [(module, self.parts[part], None)]
@@ -48,6 +49,8 @@ class Blocks(NamedTuple):
             for in_memory, on_disk, rows in pairs:
                 if (self.in_memory + in_memory, rows) != (self.on_disk + on_disk, None):
                     yield self.in_memory + in_memory, self.on_disk + on_disk, rows
+        if self.in_memory != self.on_disk:
+            yield self.in_memory, self.on_disk, None
 
 
 _RENAMED = dict(query="attention.q_proj", key="attention.k_proj", value="attention.v_proj", out="attention.o_proj")

@@ -41,6 +41,7 @@ def is_peft_directory(path) -> bool:
 def read_peft_directory(directory, source: Optional[str] = None) -> Checkpoint:
     """The base a peft LoRA adapter folder names, with the adapter merged (see the module docstring)."""
     from keras_vit.weights.hf import is_hf_directory, read_hf_directory, read_hf_tensors
+    from keras_vit.weights.hf_families import check_model_type
 
     directory = os.fspath(directory)
     where = source or directory
@@ -51,8 +52,10 @@ def read_peft_directory(directory, source: Optional[str] = None) -> Checkpoint:
         raise UserError(f"{where}: its base {settings['base_model_name_or_path']!r} is not an HF transformers folder "
                         f"(config.json with model_type + model.safetensors): peft adapters of transformers models "
                         f"are read.")
+    base_config = read_json(os.path.join(base, "config.json"))
+    check_model_type(base_config, f"{where}: its base {base}")  # before the merge names a module it lacks
     tensors = read_hf_tensors(base, base)
-    renames = _renames(read_json(os.path.join(base, "config.json")))
+    renames = _renames(base_config)
     merged = merge_adapter(tensors, _adapter_tensors(directory, where), settings, f"{where} (base {base})", renames)
     return read_hf_directory(base, source=f"{where} (peft LoRA on {settings['base_model_name_or_path']})",
                              tensors=merged)
@@ -104,8 +107,12 @@ def _renames(config: dict) -> List[Tuple[str, str, Optional[int]]]:
     blocks = blocks_of(config)
     if blocks is None:
         return []
-    return [(r"(^|\.)" + re.escape(module).replace(re.escape("{i}"), r"(\d+)") + "$",
-             r"\g<1>" + on_disk.replace("{i}", r"\g<2>"), half) for module, on_disk, half in blocks.renames()]
+    renames = []
+    for module, on_disk, half in blocks.renames():
+        whole = module.endswith(".")  # a block's path: what follows it keeps its name
+        pattern = r"(^|\.)" + re.escape(module).replace(re.escape("{i}"), r"(\d+)") + ("(.+)$" if whole else "$")
+        renames.append((pattern, r"\g<1>" + on_disk.replace("{i}", r"\g<2>") + (r"\g<3>" if whole else ""), half))
+    return renames
 
 
 def merge_adapter(base: Dict[str, np.ndarray], adapter: Dict[str, np.ndarray], settings: dict,
@@ -117,6 +124,11 @@ def merge_adapter(base: Dict[str, np.ndarray], adapter: Dict[str, np.ndarray], s
     pairs: Dict[str, dict] = {}
     for name, value in adapter.items():
         name = name[len(PREFIX):] if name.startswith(PREFIX) else name
+        if ".original_module." in name:  # a modules_to_save wrapper's untrained original, which peft does not run
+            continue
+        # peft's wrappers: a LoRA layer's own weights under .base_layer (bias="all"), a saved module's
+        # copy under .modules_to_save: the module's own tensors, as the files name them.
+        name = re.sub(r"\.(base_layer|modules_to_save)(?=\.)", "", name)
         match = re.fullmatch(r"(.+)\.lora_([AB])(?:\.[^.]+)?\.weight", name)
         if match:
             pairs.setdefault(match.group(1), {})[match.group(2)] = value
@@ -126,13 +138,13 @@ def merge_adapter(base: Dict[str, np.ndarray], adapter: Dict[str, np.ndarray], s
         if half is None:
             merged[f"{on_disk}.{leaf}"] = value
         else:
-            _half(merged, f"{on_disk}.{leaf}", half)[...] = value
+            _half(merged, f"{on_disk}.{leaf}", half, where)[...] = value
     for module, factors in sorted(pairs.items()):
         if set(factors) != {"A", "B"}:
             raise UserError(f"{where}: the adapter holds lora_{''.join(sorted(factors))} of {module} without its pair.")
         a, b = factors["A"].astype(np.float64), factors["B"].astype(np.float64)
         on_disk, half = _on_disk(module, base, where, renames)
-        weight = _half(merged, f"{on_disk}.weight", half)
+        weight = _half(merged, f"{on_disk}.weight", half, where)
         if a.shape[0] != b.shape[1] or (b.shape[0], a.shape[1]) != weight.shape:
             raise UserError(f"{where}: the update of {module} ({b.shape[0]}x{a.shape[1]}) does not fit the base's "
                             f"{on_disk}.weight {weight.shape}: the adapter was trained on another architecture; "
@@ -141,10 +153,13 @@ def merge_adapter(base: Dict[str, np.ndarray], adapter: Dict[str, np.ndarray], s
     return merged
 
 
-def _half(merged: Dict[str, np.ndarray], name: str, half: Optional[int]) -> np.ndarray:
+def _half(merged: Dict[str, np.ndarray], name: str, half: Optional[int], where: str) -> np.ndarray:
     """A writable view of merged[name], copied first (the base's arrays may be read-only and stay
     untouched), or of the half of its rows that one module of a gated MLP is on disk (the gate: 0,
     up: 1)."""
+    if name not in merged:
+        raise UserError(f"{where}: the adapter holds {name}, which the base has no tensor of: the adapter was "
+                        f"trained on another architecture; give it the base it was trained on.")
     merged[name] = np.array(merged[name], copy=True)
     if half is None:
         return merged[name]
