@@ -87,3 +87,15 @@ def test_what_cannot_be_measured_is_one_line(digits_run, tmp_path, capsys):
         assert main(["evaluate", str(digits_run), str(data)]) == 2
         error = capsys.readouterr().err.strip().splitlines()
         assert len(error) == 1 and message in error[0], error
+
+
+def test_classes_without_names_are_matched_by_position_only_when_as_many():
+    from keras_vit.cli.evaluate import _model_ids
+    from keras_vit.errors import UserError
+
+    np.testing.assert_array_equal(_model_ids([1, 0, 2], ["a", "b", "c"], None, 3, "photos"), [1, 0, 2])
+    with pytest.raises(UserError, match="2 class folders and the model 3 classes without names, so they cannot be "
+                                        "matched: give the model's class names with --labels"):
+        _model_ids([1, 0], ["a", "b"], None, 3, "photos")
+    # An empty class folder the model does not know is no class of the data: only labelled ones are matched.
+    np.testing.assert_array_equal(_model_ids([1, 1], ["empty", "cat"], ["dog", "cat"], 2, "photos"), [1, 1])
