@@ -46,7 +46,7 @@ def run(args):
         raise UserError(f"{args.model} has no classification head (include_top=False): evaluate measures a "
                         f"classifier; give a run or checkpoint with its head.")
     height, width, channels = input_size(model)
-    names, traced = _class_names(args.data), None
+    names, traced = _class_names(args.data), traced_probabilities(model)  # one trace for every chunk
     probabilities, labels = [], []
     # A chunk at a time: a folder of any size is decoded as it is measured.
     for chunk in data_lib.chunks(args.data, size or (height, width), channels, args.num_images):
@@ -54,7 +54,6 @@ def run(args):
             raise UserError(f"{args.data} has no labels: give a folder of class sub-folders, 'mnist', or an .npz "
                             f"with a 'labels' array.")
         labels.append(_model_ids(chunk.labels, names, source.labels, model.num_classes, args.data))
-        traced = traced or traced_probabilities(model)
         probabilities.append(keras_probabilities(model, chunk.images, args.batch_size, traced=traced))
     figures = _figures(np.concatenate(probabilities), np.concatenate(labels), source.labels)
     figures = {"model": str(args.model), "data": str(args.data), **figures}

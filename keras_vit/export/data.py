@@ -194,11 +194,10 @@ def chunks(spec, image_size: Tuple[int, int], num_channels: int, limit: Optional
             yield data.take(start, start + size)
         return
     entries = _folder_entries(path)
-    if limit is not None and limit < len(entries):
-        labels = [label for _, label in entries]
-        order = (stratified_order(labels) if labels[0] is not None
-                 else np.random.default_rng(SAMPLE_SEED).permutation(len(entries)))
-        entries = [entries[i] for i in np.sort(order[:limit])]
+    labels = [label for _, label in entries]
+    order = sample_order(None if labels[0] is None else labels, len(entries), limit)
+    if order is not None:
+        entries = [entries[i] for i in order]
     decoded = 0
     for start in range(0, len(entries), size):
         data = _decode_entries(entries[start:start + size], path, image_size, num_channels)
@@ -251,13 +250,21 @@ def stratified_order(labels, seed: int = SAMPLE_SEED) -> np.ndarray:
     return np.array([members[r] for r in range(rounds) for members in per_class if r < len(members)], np.int64)
 
 
+def sample_order(labels, count: int, n: Optional[int], seed: int = SAMPLE_SEED) -> Optional[np.ndarray]:
+    """The indices of at most `n` of `count` items, drawn across classes where `labels` are given
+    (seeded, stratified), in the items' own order; None: all of them (n is None or enough)."""
+    if n is None or n >= count:
+        return None
+    order = (stratified_order(labels, seed) if labels is not None
+             else np.random.default_rng(seed).permutation(count))[:n]
+    return np.sort(order)  # keep the data's own order among the chosen
+
+
 def sample(data: Images, n: Optional[int], seed: int = SAMPLE_SEED) -> Images:
     """At most `n` images, drawn across classes (seeded, stratified); all when n is None or enough."""
-    if n is None or n >= len(data):
+    order = sample_order(data.labels, len(data), n, seed)
+    if order is None:
         return data
-    order = (stratified_order(data.labels, seed) if data.labels is not None
-             else np.random.default_rng(seed).permutation(len(data)))[:n]
-    order = np.sort(order)  # keep the data's own order among the chosen
     return Images(data.images[order], None if data.labels is None else data.labels[order], data.source)
 
 
