@@ -103,6 +103,122 @@ def test_an_adapter_that_trains_norms_and_biases_loads_under_the_files_names(tmp
     np.testing.assert_allclose(keras_vit.from_pretrained(str(folder))(IMAGES), _logits(adapted), atol=1e-4, rtol=1e-4)
 
 
+# The common adapter: a bare base (as published: ViTModel with its pooler, Dinov2Model, a full
+# SiglipModel or CLIPModel) loaded into its family's image classifier with num_labels=K, LoRA on the
+# encoder and the new classifier in modules_to_save. The adapter names modules under the
+# classifier's prefix ("vit.layers.0...") and a classifier the base has not.
+TEXT = dict(hidden_size=16, num_hidden_layers=1, num_attention_heads=2, intermediate_size=32, vocab_size=64,
+            max_position_embeddings=16)
+BARE_BASES = {
+    "vit": (lambda: transformers.ViTModel(transformers.ViTConfig(**SMALL)), "ViTForImageClassification",
+            ["q_proj", "v_proj", "fc1"]),
+    "dinov2": (lambda: transformers.Dinov2Model(transformers.Dinov2Config(**SMALL)), "Dinov2ForImageClassification",
+               ["q_proj", "v_proj", "fc2"]),
+    "siglip": (lambda: transformers.SiglipModel(transformers.SiglipConfig(vision_config=SMALL, text_config=TEXT)),
+               "SiglipForImageClassification", ["q_proj", "v_proj", "out_proj"]),
+    "clip": (lambda: transformers.CLIPModel(transformers.CLIPConfig(vision_config=SMALL, text_config=TEXT)),
+             "CLIPForImageClassification", ["q_proj", "k_proj", "fc1"]),
+}
+
+
+def _bare_adapter(tmp_path, family, **lora):
+    """(the peft model, its adapter folder) of BARE_BASES[family], trained as people train it."""
+    make, task_class, targets = BARE_BASES[family]
+    bare = make()
+    perturb_torch(bare, seed=7)
+    bare.save_pretrained(tmp_path / "base")
+    task = getattr(transformers, task_class).from_pretrained(tmp_path / "base", num_labels=5)
+    adapted = peft.get_peft_model(task, peft.LoraConfig(**{"r": 4, "lora_alpha": 8, "target_modules": targets,
+                                                           "modules_to_save": ["classifier"], **lora}))
+    generator = torch.Generator().manual_seed(8)
+    with torch.no_grad():
+        for _, parameter in adapted.named_parameters():
+            if parameter.requires_grad:
+                parameter.add_(torch.randn(parameter.shape, generator=generator) * 0.3)
+    adapted.eval().save_pretrained(tmp_path / "adapter")
+    return adapted, tmp_path / "adapter"
+
+
+@pytest.mark.parametrize("family", sorted(BARE_BASES))
+def test_an_adapter_trained_on_a_bare_base_s_classifier_gives_peft_s_logits(family, tmp_path):
+    """ViT (its pooler unused by the classifier), DINOv2 (class token beside the patch mean), SigLIP
+    (the tokens' mean, not its pooling head) and CLIP (the patch tokens' mean before any norm)."""
+    adapted, folder = _bare_adapter(tmp_path, family)
+    saved = load_file(folder / "adapter_model.safetensors")
+    assert "base_model.model.classifier.weight" in saved  # the shape people make: a classifier the base has not
+    assert any(re.match(r"base_model\.model\.(vit|dinov2|vision_model)\.", k) for k in saved)
+    model = keras_vit.from_pretrained(str(folder))
+    assert model.num_classes == 5
+    expected = _logits(adapted)
+    np.testing.assert_allclose(model(IMAGES), expected, atol=1e-4, rtol=1e-4)
+    with adapted.disable_adapter(), torch.no_grad():  # the updates count: the classifier alone differs
+        assert np.abs(adapted(pixel_values=pixels(IMAGES)).logits.numpy() - expected).max() > 1e-2
+
+
+@pytest.mark.parametrize("init", ["pissa", "pissa_niter_2", "olora", "corda", "loftq", "lora_ga"])
+def test_an_adapter_whose_initialisation_changed_the_base_is_one_line(vit_adapter, tmp_path, init):
+    with pytest.raises(UserError, match=re.escape(f"init_lora_weights={init!r}, which also changes the base")) as error:
+        keras_vit.from_pretrained(str(_edited(vit_adapter[1], tmp_path, init_lora_weights=init)))
+    assert "\n" not in str(error.value) and ("merge it with peft" if init == "loftq"
+                                             else "path_initial_model_for_weight_conversion") in str(error.value)
+
+
+def test_a_pissa_adapter_converted_by_peft_gives_its_logits_on_the_original_base(tmp_path):
+    """PiSSA starts from the base's top singular directions and subtracts them from the base; peft's
+    save_pretrained(path_initial_model_for_weight_conversion=...) writes it as an update of the
+    original base (rank 2r, init_lora_weights True), which merges as any adapter."""
+    base_model = transformers.ViTForImageClassification(transformers.ViTConfig(**SMALL, num_labels=5))
+    perturb_torch(base_model, seed=9)
+    base_model.save_pretrained(tmp_path / "base")
+    adapted = peft.get_peft_model(transformers.ViTForImageClassification.from_pretrained(tmp_path / "base"),
+                                  peft.LoraConfig(r=2, lora_alpha=2, target_modules=["q_proj", "v_proj"],
+                                                  init_lora_weights="pissa"))
+    # The untrained adapter, as peft's recipe saves it first (marked plain, or peft subtracts it twice).
+    adapted.peft_config["default"].init_lora_weights = True
+    adapted.save_pretrained(tmp_path / "initial")
+    adapted.peft_config["default"].init_lora_weights = "pissa"
+    with torch.no_grad():
+        for name, parameter in adapted.named_parameters():
+            if parameter.requires_grad:
+                parameter.add_(torch.randn(parameter.shape, generator=torch.Generator().manual_seed(3)) * 0.2)
+    expected = _logits(adapted.eval())
+    adapted.save_pretrained(tmp_path / "raw")
+    with pytest.raises(UserError, match="init_lora_weights='pissa'"):
+        keras_vit.from_pretrained(str(tmp_path / "raw"))
+    adapted.save_pretrained(tmp_path / "converted",
+                            path_initial_model_for_weight_conversion=str(tmp_path / "initial"))
+    assert json.loads((tmp_path / "converted" / "adapter_config.json").read_text())["r"] == 4
+    np.testing.assert_allclose(keras_vit.from_pretrained(str(tmp_path / "converted"))(IMAGES), expected,
+                               atol=1e-4, rtol=1e-4)
+
+
+def test_the_writer_keeps_the_base_s_revision_and_a_folder_s_absolute_path(tmp_path, monkeypatch):
+    """peft loads base_model_name_or_path at `revision` (main when absent), from any directory."""
+    from keras_vit.runs.adapter import peft_base
+    from keras_vit.weights import download
+
+    folder = tmp_path / "bases" / "vit"
+    transformers.ViTModel(transformers.ViTConfig(**SMALL)).save_pretrained(folder)
+    asked = []
+    monkeypatch.setattr(download, "cached_file", lambda name, file, revision: asked.append((name, revision))
+                        or str(folder / file))
+    assert peft_base("hf:org/vit@v2.0")[::2] == ("org/vit", "v2.0") and asked == [("org/vit", "v2.0")]
+    monkeypatch.chdir(tmp_path)
+    assert peft_base("bases/vit").name == str(folder) and peft_base("bases/vit").revision is None
+
+
+def test_the_reader_loads_the_base_at_the_adapter_s_revision(vit_adapter, tmp_path, monkeypatch):
+    from keras_vit.weights import download
+
+    base = json.loads((vit_adapter[1] / "adapter_config.json").read_text())["base_model_name_or_path"]
+    asked = []
+    monkeypatch.setattr(download, "hf_directory", lambda name, revision=None: asked.append((name, revision)) or base)
+    model = keras_vit.from_pretrained(str(_edited(vit_adapter[1], tmp_path, base_model_name_or_path="org/vit",
+                                                  revision="v2.0")))
+    assert asked == [("org/vit", "v2.0")]
+    np.testing.assert_allclose(model(IMAGES), _logits(vit_adapter[0]), atol=1e-4, rtol=1e-4)
+
+
 def test_the_names_table_covers_every_family_read_and_written():
     from keras_vit.runs.adapter import PEFT_CLASSES
     from keras_vit.weights.hf_families import FAMILY_MODEL_TYPES
@@ -194,19 +310,27 @@ def _logits_of(hf, digits):
     return hf(pixel_values=pixels(digits)).logits.numpy()
 
 
-# (a random transformers base, what its adapted model gives, the modules the run's heads are):
-# a classifier of the run's head's kind is saved; a bare tower gets the updates alone.
+# (a random transformers base, the class the run's adapter applies to, what its adapted model gives,
+# the modules the run's heads are): a run's new head on a base is its family's image classifier
+# (a bare ViTModel's, Dinov2Model's, full CLIPModel's too), saved with the updates; a bare tower,
+# which no classifier loads, gets the updates alone.
 FAMILY_RUNS = {
     "deit_with_teacher": (lambda: transformers.DeiTForImageClassificationWithTeacher(
-        transformers.DeiTConfig(**SMALL, num_labels=5)), _logits_of, ["cls_classifier", "distillation_classifier"]),
+        transformers.DeiTConfig(**SMALL, num_labels=5)), "DeiTForImageClassificationWithTeacher", _logits_of,
+        ["cls_classifier", "distillation_classifier"]),
     "dinov2_classifier": (lambda: transformers.Dinov2ForImageClassification(
-        transformers.Dinov2Config(**SMALL, num_labels=5)), _logits_of, ["classifier"]),
+        transformers.Dinov2Config(**SMALL, num_labels=5)), "Dinov2ForImageClassification", _logits_of, ["classifier"]),
+    "dinov2_model": (lambda: transformers.Dinov2Model(transformers.Dinov2Config(**SMALL)),
+                     "Dinov2ForImageClassification", _logits_of, ["classifier"]),
+    "vit_model": (lambda: transformers.ViTModel(transformers.ViTConfig(**SMALL)), "ViTForImageClassification",
+                  _logits_of, ["classifier"]),
     "siglip_classifier": (lambda: transformers.SiglipForImageClassification(
-        transformers.SiglipConfig(vision_config=SMALL, num_labels=5)), _logits_of, ["classifier"]),
+        transformers.SiglipConfig(vision_config=SMALL, num_labels=5)), "SiglipForImageClassification", _logits_of,
+        ["classifier"]),
     "siglip_tower": (lambda: transformers.SiglipVisionModel(transformers.SiglipVisionConfig(**SMALL)),
-                     _tower_features, None),
-    "clip_model": (lambda: transformers.CLIPModel(transformers.CLIPConfig(vision_config=SMALL)), _image_features,
-                   None),
+                     "SiglipVisionModel", _tower_features, None),
+    "clip_model": (lambda: transformers.CLIPModel(transformers.CLIPConfig(vision_config=SMALL, text_config=TEXT)),
+                   "CLIPForImageClassification", _logits_of, ["classifier"]),
 }
 
 
@@ -228,7 +352,7 @@ def test_a_lora_run_from_a_family_folder_writes_an_adapter_peft_loads(family, tm
     pooling head), and gives the run's logits (its heads saved) or its features (the updates alone)."""
     from keras_vit.training import TrainConfig, train
 
-    make, output, heads = FAMILY_RUNS[family]
+    make, class_name, output, heads = FAMILY_RUNS[family]
     base_model = make()
     perturb_torch(base_model, seed=4)
     base_model.save_pretrained(tmp_path / "base")
@@ -239,9 +363,9 @@ def test_a_lora_run_from_a_family_folder_writes_an_adapter_peft_loads(family, tm
                                 strategy="default")
     folder = train(config)["peft_adapter_path"]
     settings = json.loads((tmp_path / "run" / "peft" / "adapter_config.json").read_text())
-    assert settings["auto_mapping"]["base_model_class"] == type(base_model).__name__
-    assert settings["modules_to_save"] == heads
-    cls = getattr(transformers, type(base_model).__name__)
+    assert settings["auto_mapping"]["base_model_class"] == class_name
+    assert settings["modules_to_save"] == heads and settings["base_model_name_or_path"] == str(tmp_path / "base")
+    cls = getattr(transformers, class_name)
     hf = (cls.from_pretrained(tmp_path / "base", num_labels=10, ignore_mismatched_sizes=True) if heads
           else cls.from_pretrained(tmp_path / "base"))
     adapted = peft.PeftModel.from_pretrained(hf, folder).eval()
@@ -251,6 +375,9 @@ def test_a_lora_run_from_a_family_folder_writes_an_adapter_peft_loads(family, tm
     with torch.no_grad():
         expected = output(adapted, IMAGES)
     np.testing.assert_allclose(model(IMAGES), expected, atol=1e-4, rtol=1e-4)
+    # and read back: the folder as a checkpoint is the run's model (its head included)
+    read = keras_vit.from_pretrained(folder) if heads else keras_vit.from_pretrained(folder, include_top=False)
+    np.testing.assert_allclose(read(IMAGES), expected, atol=1e-4, rtol=1e-4)
     # Every tensor written is where peft keeps it, and peft adapted nothing else (two steps move a
     # tower's updates little, so the outputs alone could not tell an update left out).
     loaded = {key.replace(".default.", "."): value.numpy() for key, value in adapted.state_dict().items()}

@@ -1,11 +1,16 @@
-"""One writer per workdir (issue #37 item 1): the lock, its stale owners, and multi-worker roles."""
+"""One writer per workdir (issue #37 item 1): the lock, its stale owners, and multi-worker roles;
+the lease (issue #53) that lets a run of another pid namespace, container or host take over a killed run's."""
 
 import errno
 import json
 import os
+import select
+import shutil
+import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
@@ -13,6 +18,15 @@ import pytest
 from keras_vit.cli import main
 from keras_vit.utils import locks
 from tests.test_cli import TRAIN, _one_error_line
+
+
+@pytest.fixture(autouse=True)
+def _no_renewal_left():
+    """A test that acquires without releasing leaves no thread renewing its lock for the next tests."""
+    before = set(locks._renewers)
+    yield
+    for token in set(locks._renewers) - before:
+        locks._renewers.pop(token).stop()
 
 
 def _lock(workdir, pid, host=None):
@@ -93,8 +107,9 @@ def test_a_live_pid_started_at_another_time_or_boot_is_a_reused_pid(tmp_path):
 
 
 @pytest.mark.skipif(not os.path.exists("/proc/self/ns/pid"), reason="no pid namespaces here")
-def test_a_lock_of_another_pid_namespace_is_refused_as_another_hosts(tmp_path):
-    """Containers on the host's network share its hostname: their pids mean nothing here."""
+def test_a_lock_of_another_pid_namespace_without_a_lease_is_refused_as_another_hosts(tmp_path):
+    """Containers on the host's network share its hostname: their pids mean nothing here. A lock
+    with no lease (an older keras-vit's) cannot be judged: refused, naming the way out."""
     workdir = tmp_path / "run"
     _lock(workdir, _dead_pid())
     other = {**locks.read(str(workdir)), "pid_ns": locks._pid_namespace() + 1}
@@ -160,6 +175,299 @@ def test_a_lock_taken_over_by_another_run_is_not_released_by_the_first(tmp_path)
     newer = _lock(workdir, os.getppid())
     locks.release(str(workdir), owner)
     assert locks.read(str(workdir)) == newer
+
+
+# --- the lease (issue #53): a run killed in one container resumes in the next --------------------------------
+
+LEASE = 2.0  # seconds: the namespaced processes' lease (renewed every LEASE / RENEWALS)
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# keras_vit.utils.locks in a fresh process without keras_vit/__init__ (Keras, TensorFlow): a tenth of a second.
+_LOCKS_ONLY = ("import json, os, sys, time, types; pkg = types.ModuleType('keras_vit'); "
+               f"pkg.__path__ = [{os.path.join(ROOT, 'keras_vit')!r}]; sys.modules['keras_vit'] = pkg; "
+               "from keras_vit.utils import locks; ")
+HOLD = _LOCKS_ONLY + "locks.acquire(sys.argv[1]); print('HELD', flush=True); time.sleep(600)"
+TAKE = _LOCKS_ONLY + """
+try:
+    owner = locks.acquire(sys.argv[1])
+except locks.WorkdirBusy as error:
+    print('BUSY', error, flush=True); sys.exit(3)
+locks.release(sys.argv[1], owner); print(json.dumps(owner), flush=True)"""
+
+
+def _unshare_works():
+    if os.geteuid() != 0 or not shutil.which("unshare"):
+        return False
+    done = subprocess.run(["unshare", "--pid", "--fork", "--mount-proc", "true"], capture_output=True)
+    return done.returncode == 0
+
+
+needs_unshare = pytest.mark.skipif(not _unshare_works(),
+                                   reason="no `unshare --pid --fork --mount-proc` here (needs root and Linux)")
+
+
+def _in_new_pid_namespace(script, workdir, lease=LEASE, **popen):
+    """`script` (argv[1]: the workdir) as pid 1 of a new pid namespace, as a restarted container's run."""
+    env = {**os.environ, locks.LEASE_ENV: str(lease)}
+    command = ["unshare", "--pid", "--fork", "--mount-proc", sys.executable, "-c", script, str(workdir)]
+    return subprocess.Popen(command, env=env, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE, **popen)
+
+
+def _line(process, timeout=10):
+    ready, _, _ = select.select([process.stdout], [], [], timeout)
+    assert ready, f"no line from {process.args} within {timeout}s"
+    return process.stdout.readline().strip()
+
+
+@needs_unshare
+def test_a_run_killed_in_one_pid_namespace_is_taken_over_from_a_new_one_once_its_lease_lapses(tmp_path):
+    """OOM kill, preemption, pod restart: the resumed run starts in a new pid namespace, where the
+    dead run's pid means nothing. While the holder lives its lease keeps being renewed and every
+    other run is refused; killed, its lease lapses and a run of yet another namespace takes over."""
+    workdir, lock = tmp_path / "run", tmp_path / "run" / locks.LOCK_FILE
+    holder = _in_new_pid_namespace(HOLD, workdir, start_new_session=True)
+    try:
+        assert _line(holder) == "HELD", holder.stderr.read()
+        owner, renewed = locks.read(str(workdir)), os.stat(lock).st_mtime_ns
+        assert owner["pid"] == 1 and owner["pid_ns"] != locks._pid_namespace() and owner["lease_s"] == LEASE
+        time.sleep(LEASE * 1.25)
+        assert os.stat(lock).st_mtime_ns > renewed  # renewed: alive past one lease
+        started = time.monotonic()
+        refused = _in_new_pid_namespace(TAKE, workdir)
+        out, err = refused.communicate(timeout=30)
+        assert refused.returncode == 3 and "in another container" in out and "renews its lock" in out, out + err
+        assert err == ""  # a live run is refused without a line about waiting
+        assert time.monotonic() - started < LEASE  # at its next renewal, not after a lease
+        with pytest.raises(locks.WorkdirBusy, match="pid 1 in another container"):  # nor from this namespace
+            locks.acquire(str(workdir))
+        assert locks.read(str(workdir)) == owner
+        # Held open, the dead namespace keeps its number: a new one given it would ask the pid (see below).
+        namespace = os.open(f"/proc/{holder.pid}/ns/pid_for_children", os.O_RDONLY)
+    finally:
+        os.killpg(holder.pid, signal.SIGKILL)  # kill -9, the namespace's pid 1 with it
+        holder.communicate()
+    assert locks.read(str(workdir)) == owner  # left behind, as after an OOM kill
+    started = time.monotonic()
+    taker = _in_new_pid_namespace(TAKE, workdir)
+    try:
+        out, err = taker.communicate(timeout=30)
+    finally:
+        os.close(namespace)
+    took = time.monotonic() - started
+    assert taker.returncode == 0, out + err
+    resumed = json.loads(out)
+    assert resumed["pid_ns"] not in (owner["pid_ns"], locks._pid_namespace()) and resumed["token"] != owner["token"]
+    lines = err.splitlines()
+    assert len(lines) == 1 and "waiting" in lines[0] and f"{LEASE:g}s lease" in lines[0], err  # one line, time left
+    assert "s more for its" in lines[0] and "in another container" in lines[0], err
+    assert took < LEASE + 3  # one lease, no more (and the process start-up)
+    assert os.listdir(workdir) == []  # released: no lock, no probe, nothing aside
+
+
+def test_a_run_killed_in_this_pid_namespace_is_taken_over_at_once_whatever_its_lease(tmp_path, monkeypatch):
+    """kill -9 and resume on one machine: the owner is asked (its pid is gone), no lease waited for."""
+    workdir = tmp_path / "run"
+    holder = subprocess.Popen([sys.executable, "-c", HOLD, str(workdir)], text=True, stdout=subprocess.PIPE,
+                              env={**os.environ, locks.LEASE_ENV: "600"})
+    try:
+        assert _line(holder) == "HELD"
+    finally:
+        holder.kill()
+        holder.communicate()
+    assert locks.read(str(workdir))["lease_s"] == 600
+    started = time.monotonic()
+    with locks.held(str(workdir)):
+        assert locks.read(str(workdir))["pid"] == os.getpid()
+    assert time.monotonic() - started < 2
+
+
+def _other_namespace(workdir, lease, renewed_s_ago):
+    """A lock of a process of another pid namespace, last renewed `renewed_s_ago` seconds ago."""
+    owner = {**locks.this_process(), "pid": 1, "pid_ns": (locks._pid_namespace() or 0) + 1, "lease_s": lease,
+             "token": "their-token"}
+    workdir.mkdir(parents=True, exist_ok=True)
+    (workdir / locks.LOCK_FILE).write_text(json.dumps(owner))
+    then = time.time() - renewed_s_ago
+    os.utime(workdir / locks.LOCK_FILE, (then, then))
+    return owner
+
+
+def test_a_lapsed_lease_of_another_namespace_is_taken_over_without_waiting(tmp_path, capsys):
+    workdir = tmp_path / "run"
+    _other_namespace(workdir, lease=5, renewed_s_ago=60)
+    with locks.held(str(workdir)):
+        assert locks.read(str(workdir))["pid"] == os.getpid()
+    assert capsys.readouterr().err == ""
+
+
+def test_a_lease_is_judged_by_the_storages_clock_not_this_hosts(tmp_path, monkeypatch):
+    """NFS stamps mtimes with the server's clock: with this host's an hour ahead of it, a lock
+    renewed a moment ago looks an hour old against time.time(). Against a file just created
+    there it is a moment old."""
+    workdir = tmp_path / "run"
+    storage_behind = 3600e9
+    current = _other_namespace(workdir, lease=5, renewed_s_ago=3600)  # stamped by the storage's clock: now
+    mtime_ns = os.stat(workdir / locks.LOCK_FILE).st_mtime_ns
+    created = locks._created_mtime_ns
+    monkeypatch.setattr(locks, "_created_mtime_ns", lambda probe: created(probe) - storage_behind)
+    clock = locks._StorageClock(str(workdir), "mine")
+    assert locks._verdict(current, mtime_ns, clock) == "leased"
+    assert locks._verdict(current, mtime_ns - int(10e9), clock) == "stale"  # not renewed for 10 s of the storage's
+    assert os.listdir(workdir) == [locks.LOCK_FILE]  # the clock's probe is gone
+
+
+def _fresh_lock_of_a_third_run(workdir):
+    third = {"host": socket.gethostname(), "pid": os.getppid(), "started": "2024-01-01T00:00:01", "token": "third"}
+    tmp = workdir / "third.tmp"
+    tmp.write_text(json.dumps(third))
+    os.link(tmp, workdir / locks.LOCK_FILE)  # as _create does: fails if a lock is there
+    os.remove(tmp)
+    return third
+
+
+def test_a_take_over_never_replaces_a_lock_a_third_run_took_after_the_stale_one_was_judged(tmp_path, monkeypatch):
+    """Between judging the lock stale and moving it aside, a third run took it over: what is
+    moved is that run's fresh lock, which goes back, and this run is refused."""
+    workdir = tmp_path / "run"
+    _lock(workdir, _dead_pid())
+    rename, third = os.rename, {}
+
+    def third_run_first(src, dst):
+        if ".stale-" in str(dst) and not third:
+            os.remove(src)  # the third run's own take-over, whole
+            third.update(_fresh_lock_of_a_third_run(workdir))
+        rename(src, dst)
+
+    monkeypatch.setattr(os, "rename", third_run_first)
+    with pytest.raises(locks.WorkdirBusy, match=f"pid {os.getppid()}"):
+        locks.acquire(str(workdir))
+    assert third and locks.read(str(workdir)) == third
+    assert os.listdir(workdir) == [locks.LOCK_FILE]
+
+
+def test_a_take_over_never_replaces_a_lock_created_while_the_stale_one_was_aside(tmp_path, monkeypatch):
+    """The stale lock moved aside and checked, a run that found the place empty created its
+    lock: ours is created with the exclusive link, which fails, and this run is refused."""
+    workdir = tmp_path / "run"
+    _lock(workdir, _dead_pid())
+    remove, third = os.remove, {}
+
+    def third_run_in_the_gap(path):
+        if ".stale-" in str(path) and not third:
+            third.update(_fresh_lock_of_a_third_run(workdir))
+        remove(path)
+
+    monkeypatch.setattr(os, "remove", third_run_in_the_gap)
+    with pytest.raises(locks.WorkdirBusy, match=f"pid {os.getppid()}"):
+        locks.acquire(str(workdir))
+    assert third and locks.read(str(workdir)) == third
+    assert os.listdir(workdir) == [locks.LOCK_FILE]
+
+
+def test_a_lease_renewed_after_it_was_judged_lapsed_is_put_back(tmp_path, monkeypatch):
+    """A late renewal (its owner was slow, not dead) between judging and moving aside: the file
+    moved is the same owner's but renewed, so it goes back, renewed, and this run is refused."""
+    workdir = tmp_path / "run"
+    owner = _other_namespace(workdir, lease=3, renewed_s_ago=30)
+    rename = os.rename
+
+    def renewed_first(src, dst):
+        if ".stale-" in str(dst):
+            os.utime(src)  # the owner's renewal
+        rename(src, dst)
+
+    monkeypatch.setattr(os, "rename", renewed_first)
+    with pytest.raises(locks.WorkdirBusy, match="in another container"):
+        locks.acquire(str(workdir))
+    assert locks.read(str(workdir)) == owner and locks.storage.age_s(str(workdir / locks.LOCK_FILE)) < 5
+    assert os.listdir(workdir) == [locks.LOCK_FILE]
+
+
+def _renewers():
+    return [t for t in threading.enumerate() if t.name.startswith("keras-vit lock lease")]
+
+
+def test_the_lease_is_renewed_while_held_by_a_daemon_that_stops_with_the_lock(tmp_path, monkeypatch):
+    monkeypatch.setenv(locks.LEASE_ENV, "0.45")  # renewed every 0.05 s
+    handlers = {number: signal.getsignal(number) for number in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
+    workdir = tmp_path / "run"
+    with locks.held(str(workdir)):
+        lock = workdir / locks.LOCK_FILE
+        assert locks.read(str(workdir))["lease_s"] == 0.45
+        os.utime(lock, (1, 1))
+        deadline = time.monotonic() + 5
+        while os.stat(lock).st_mtime < 2 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert locks.storage.age_s(str(lock)) < 1  # renewed
+        (renewer,) = _renewers()
+        assert renewer.daemon  # never keeps the process alive
+    assert not renewer.is_alive() and not _renewers() and not workdir.exists()
+    assert {number: signal.getsignal(number) for number in handlers} == handlers
+
+
+def test_a_storage_error_while_renewing_is_warned_of_once_and_the_run_goes_on(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv(locks.LEASE_ENV, "0.45")
+    failures, utime = [], os.utime
+
+    def failing(path, *args, **kwargs):
+        failures.append(path)
+        raise OSError(errno.EIO, "Input/output error")
+
+    workdir = tmp_path / "run"
+    with locks.held(str(workdir)):
+        monkeypatch.setattr(os, "utime", failing)
+        deadline = time.monotonic() + 5
+        while len(failures) < 3 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        monkeypatch.setattr(os, "utime", utime)
+        assert len(failures) >= 3 and _renewers()  # still renewing
+    err = capsys.readouterr().err
+    assert err.count("keras-vit: warning: cannot renew the lock") == 1 and "Input/output error" in err, err
+    assert len(err.splitlines()) == 1 and not workdir.exists()
+
+
+def test_a_holder_whose_lock_was_taken_over_warns_once_and_stops_renewing(tmp_path, monkeypatch, capsys):
+    """Stopped (Ctrl-Z, a suspended machine) past its lease, a run of another container took over."""
+    monkeypatch.setenv(locks.LEASE_ENV, "0.45")
+    workdir = tmp_path / "run"
+    owner = locks.acquire(str(workdir))
+    renewer = locks._renewers[owner["token"]]
+    other = _other_namespace(workdir, lease=90, renewed_s_ago=0)
+    renewer.join(timeout=5)
+    assert not renewer.is_alive()
+    err = capsys.readouterr().err
+    assert err.count("was taken over by pid 1 in another container") == 1, err
+    locks.release(str(workdir), owner)
+    assert locks.read(str(workdir)) == other  # the other run's, left alone
+
+
+@needs_unshare
+@pytest.mark.slow
+def test_keras_vit_train_killed_in_one_container_resumes_in_the_next(tmp_path):
+    """The trainer's promise across a pod restart: `keras-vit train` killed with kill -9 in one
+    pid namespace, the same command in a new one waits out the lease and resumes."""
+    workdir = tmp_path / "run"
+    keras_vit = [os.path.join(os.path.dirname(sys.executable), "keras-vit")]
+    command = [*keras_vit, *TRAIN, "--steps", "60", "--checkpoint-every", "10", "--workdir", str(workdir)]
+    env = {**os.environ, locks.LEASE_ENV: str(LEASE)}
+    run = ["unshare", "--pid", "--fork", "--mount-proc", *command]
+    first = subprocess.Popen(run, env=env, text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                             start_new_session=True)
+    try:
+        deadline = time.monotonic() + 120
+        while not list((workdir / "checkpoints").glob("ckpt-*")) and first.poll() is None:
+            assert time.monotonic() < deadline, "no checkpoint within 120 s"
+            time.sleep(0.05)
+    finally:
+        os.killpg(first.pid, signal.SIGKILL)
+        out = first.communicate()[0]
+    assert first.returncode == -signal.SIGKILL and locks.read(str(workdir))["pid"] == 1, out
+    resumed = subprocess.run(run, env=env, text=True, capture_output=True, timeout=300)
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    assert "resuming at step" in resumed.stdout, resumed.stdout
+    # TensorFlow's start-up may outlast the short lease: then no wait, else its one line.
+    assert len([line for line in resumed.stderr.splitlines() if "lease" in line]) <= 1, resumed.stderr
+    assert json.loads((workdir / "results.json").read_text())["steps"] == 60
+    assert not (workdir / locks.LOCK_FILE).exists()
 
 
 def _tf_config(task_type, index, chief=True):

@@ -17,6 +17,7 @@ import numpy as np
 
 from keras_vit.errors import UserError
 from keras_vit.utils import storage
+from keras_vit.weights.hf_modules import CLASSES, DISTILLED, MODULE_OF, ModelClass, head_kind
 
 ADAPTER_FILE = "adapter.safetensors"
 FORMAT = "keras_vit.lora/1"
@@ -86,63 +87,22 @@ PEFT_DIR = "peft"  # <workdir>/peft: adapter_config.json + adapter_model.safeten
 # (keras_vit.weights.peft reads both generations back through the same table).
 
 
-class PeftClass(NamedTuple):
-    """A transformers class a base loads as: where its encoder sits, and the classifier it has
-    (keras_vit's classifier kind and our head keys -> its module), None for none."""
-    prefix: str
-    head_kind: Optional[str] = None
-    heads: Optional[dict] = None
-
-
-_HEAD = {"head": "classifier"}
-_DISTILLED = "token+distillation"  # DeiT's two heads, averaged (keras_vit.layers.heads.DistillationHead)
-# Per config.json model_type. A class's classifier is the run's head only where it reads what ours
-# reads (keras_vit.weights.hf_families): ViT's and DeiT's the class token after the final norm,
-# which a run from a bare ViTModel also trains; DINOv2's the class token beside the patch tokens'
-# mean, SigLIP's the tokens' mean, which only a run from such a classifier has. A run from a bare
-# tower writes the updates alone, for the tower's class. (CLIP's and MetaCLIP 2's classifiers read
-# the patch tokens' mean without the class token, which no keras_vit head does: refused when read.)
-# Per model_type, class name -> PeftClass; a base whose config.json names none takes the first that fits.
-PEFT_CLASSES = {
-    "vit": {"ViTForImageClassification": PeftClass("vit.", "token", _HEAD)},
-    "deit": {"DeiTForImageClassification": PeftClass("deit.", "token", _HEAD),
-             "DeiTForImageClassificationWithTeacher": PeftClass(
-                 "deit.", _DISTILLED, {"head": "cls_classifier", "head_dist": "distillation_classifier"})},
-    "dinov2": {"Dinov2ForImageClassification": PeftClass("dinov2.", "token_gap", _HEAD),
-               "Dinov2Model": PeftClass("")},
-    "dinov2_with_registers": {
-        "Dinov2WithRegistersForImageClassification": PeftClass("dinov2_with_registers.", "token_gap", _HEAD),
-        "Dinov2WithRegistersModel": PeftClass("")},
-    "dinov3_vit": {"DINOv3ViTModel": PeftClass("")},
-    "clip": {"CLIPModel": PeftClass("vision_model.")},
-    "clip_vision_model": {"CLIPVisionModel": PeftClass(""),
-                          "CLIPVisionModelWithProjection": PeftClass("vision_model.")},
-    "metaclip_2": {"MetaClip2Model": PeftClass("vision_model.")},
-    "metaclip_2_vision_model": {"MetaClip2VisionModel": PeftClass(""),
-                                "MetaClip2VisionModelWithProjection": PeftClass("vision_model.")},
-    "siglip": {"SiglipForImageClassification": PeftClass("vision_model.", "gap", _HEAD),
-               "SiglipModel": PeftClass("vision_model.")},
-    "siglip_vision_model": {"SiglipVisionModel": PeftClass("")},
-    "siglip2": {"Siglip2ForImageClassification": PeftClass("vision_model.", "gap", _HEAD),
-                "Siglip2Model": PeftClass("vision_model.")},
-    "siglip2_vision_model": {"Siglip2VisionModel": PeftClass("")},
-    "aimv2": {"Aimv2Model": PeftClass("vision_model.")},
-    "aimv2_vision_model": {"Aimv2VisionModel": PeftClass("")},
-}
-_MODULE_OF = {"clip_vision_model": "clip", "siglip_vision_model": "siglip",  # transformers.models.<module>
-              "siglip2_vision_model": "siglip2", "metaclip_2_vision_model": "metaclip_2",
-              "aimv2_vision_model": "aimv2"}
+# The classes a base loads as, per model_type: keras_vit.weights.hf_modules.CLASSES (the peft reader
+# finds an adapter's modules through the same table).
+PEFT_CLASSES, _MODULE_OF, _DISTILLED = CLASSES, MODULE_OF, DISTILLED
 
 
 class PeftBase(NamedTuple):
-    name: str  # peft's base_model_name_or_path
+    name: str  # peft's base_model_name_or_path: a Hub name, or a folder's absolute path
     config: dict  # the base's config.json
+    revision: Optional[str] = None  # peft's revision: hf:ORG/NAME@REVISION's
 
 
 def peft_base(base) -> "PeftBase | None":
     """What peft's base_model_name_or_path is for a run's --weights: an HF transformers folder (its
-    path) or `hf:ORG/NAME` (ORG/NAME) of a family in PEFT_CLASSES, with its config.json; None
-    for any other base, which peft cannot load."""
+    absolute path, so the adapter loads from any directory) or `hf:ORG/NAME[@REVISION]` (ORG/NAME,
+    and the revision peft then loads), of a family in PEFT_CLASSES, with its config.json; None for
+    any other base, which peft cannot load."""
     import os
 
     from keras_vit.weights.checkpoint import read_json
@@ -154,21 +114,23 @@ def peft_base(base) -> "PeftBase | None":
         name, _, revision = base[3:].partition("@")
         config = cached_file(name, "config.json", revision or None)
     else:
-        name, config = base, os.path.join(base, "config.json")
+        name, revision = os.path.abspath(base), None
+        config = os.path.join(name, "config.json")
     if config is None or not os.path.isfile(config):
         return None
     settings = read_json(config)
-    return PeftBase(name, settings) if settings.get("model_type") in PEFT_CLASSES else None
+    return PeftBase(name, settings, revision or None) if settings.get("model_type") in PEFT_CLASSES else None
 
 
-def _peft_class(classes: dict, architecture: Optional[str], head_kind: str) -> "Tuple[str, PeftClass] | None":
-    """The class the adapter applies to: the base's own (config.json's architectures), or for
-    a bare ViTModel, DeiTModel or a file that names none the first that fits; it fits where it
-    has no classifier or one of the run's head's kind. None: none fits."""
-    named = [architecture] if architecture in classes else list(classes)
-    for name in named:
-        if classes[name].head_kind in (None, head_kind):
-            return name, classes[name]
+def _peft_class(classes: dict, architecture: Optional[str], head_kind: str) -> "Tuple[str, ModelClass] | None":
+    """The class the adapter applies to: one whose classifier is the run's head (the base's own
+    first: config.json's architectures), so that peft's logits are the run's; else one with no
+    classifier, for the updates alone (the run's head stays in adapter.safetensors). None: none fits."""
+    named = ([architecture] if architecture in classes else []) + [name for name in classes if name != architecture]
+    for fits in (lambda c: c.head_kind == head_kind, lambda c: c.head_kind is None):
+        for name in named:
+            if fits(classes[name]):
+                return name, classes[name]
     return None
 
 
@@ -185,8 +147,8 @@ def write_peft_adapter(workdir, vit, base: PeftBase) -> "str | None":
     from keras_vit.weights.hf_modules import blocks_of
 
     model_type = base.config["model_type"]
-    head_kind = _DISTILLED if vit.config.distillation_head else vit.config.classifier
-    chosen = _peft_class(PEFT_CLASSES[model_type], (base.config.get("architectures") or [None])[0], head_kind)
+    chosen = _peft_class(PEFT_CLASSES[model_type], (base.config.get("architectures") or [None])[0],
+                         head_kind(vit.config))
     if chosen is None:
         return None
     class_name, peft_class = chosen
@@ -197,7 +159,8 @@ def write_peft_adapter(workdir, vit, base: PeftBase) -> "str | None":
     # Whole module paths: peft matches a bare name ("q_proj") anywhere, a full CLIPModel's text
     # tower and a SigLIP tower's attention-pooling head included, which the run did not adapt.
     targets = sorted({key[len("base_model.model."):].rsplit(".", 2)[0] for key in tensors if ".lora_" in key})
-    settings = {"peft_type": "LORA", "base_model_name_or_path": base.name, "r": lora["rank"],
+    settings = {"peft_type": "LORA", "base_model_name_or_path": base.name, "revision": base.revision,
+                "r": lora["rank"],
                 "lora_alpha": lora["alpha"], "target_modules": targets,
                 "modules_to_save": sorted(peft_class.heads.values()) if peft_class.heads else None,
                 "lora_dropout": 0.0, "bias": "none", "use_rslora": False, "use_dora": False,
@@ -205,6 +168,10 @@ def write_peft_adapter(workdir, vit, base: PeftBase) -> "str | None":
                 "auto_mapping": {"base_model_class": class_name,
                                  "parent_library": f"transformers.models.{module}.modeling_{module}"}}
     folder = storage.join(workdir, PEFT_DIR)
+    if not peft_class.heads:  # said, so that nobody loads it under a classifier of random weights
+        print(f"keras-vit train: {folder} holds the encoder's LoRA updates alone, for {class_name}: no "
+              f"transformers image classifier loads this base, so the run's head is in {ADAPTER_FILE} only.",
+              flush=True)
     storage.makedirs(folder)
     storage.write_bytes(storage.join(folder, "adapter_model.safetensors"),
                         save({k: np.ascontiguousarray(v, np.float32) for k, v in tensors.items()}))
@@ -212,7 +179,7 @@ def write_peft_adapter(workdir, vit, base: PeftBase) -> "str | None":
     return folder
 
 
-def _peft_tensors(params: dict, blocks, peft_class: PeftClass) -> "dict | None":
+def _peft_tensors(params: dict, blocks, peft_class: ModelClass) -> "dict | None":
     """A LoRA run's adapter_params under peft's names; None if one has no module there."""
     from keras_vit.weights.layout import BLOCK_PARTS, block_of
     from keras_vit.weights.parts import CLASSIFIER_ROOTS

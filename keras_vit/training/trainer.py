@@ -15,6 +15,7 @@ under MultiWorkerMirroredStrategy.
 from __future__ import annotations
 
 import math
+import os
 import signal
 import threading
 import time
@@ -134,12 +135,14 @@ class Trainer:
             tf.config.experimental.enable_op_determinism()
         keras.utils.set_random_seed(config.seed)
         self.chief = is_chief(self.strategy)
-        self.initial = resolve_weights(config.weights)
+        self.task = self.task or make_task(config)
+        # A classifier on a transformers base is that family's image classifier (a new head:
+        # what its pooling reads), so its peft adapter gives transformers the run's logits.
+        self.initial = resolve_weights(config.weights, new_head=self.task.name == "classification")
         # The architecture's refusals (--patch-size against the weights, ...) before the data opens.
         plan_lib.model_config(config, self.initial)
         shard = self._input_shard()
         self.source = data_lib.open_source(config, self.dataset, shard=shard)
-        self.task = self.task or make_task(config)
         # From here on the run reads the plan and nothing else (its config holds the resolved recipe).
         self.plan = plan_lib.resolve(
             config, self.source, self.initial, num_replicas=self.strategy.num_replicas_in_sync,
@@ -469,7 +472,7 @@ class Trainer:
         results["model_path"] = runs.save_model(self.plan.config.workdir, exported)
         if self.plan.model.lora_rank:  # what the run trained, apart from its base (keras_vit.training.load_adapter)
             vit, workdir = find_vit(self.model), self.plan.config.workdir
-            results["adapter_path"] = write_adapter(workdir, vit, self.requested.weights)
+            results["adapter_path"] = write_adapter(workdir, vit, _absolute(self.requested.weights))
             base = peft_base(self.requested.weights) if vit.pre_logits is None else None
             folder = None if base is None else write_peft_adapter(workdir, vit, base)
             if folder is not None:  # an HF transformers base: the same adapter in peft's layout, for PyTorch
@@ -494,6 +497,12 @@ class Trainer:
     def _write_status(self, status) -> None:
         runs.write_results(self.plan.config.workdir, {"status": status, "steps": self.step,
                                                  "segments": self.segments_before + [self.segment]})
+
+
+def _absolute(weights: str) -> str:
+    """--weights as an adapter records its base: a local path made absolute (a relative one would
+    not load from another directory), a name (hf:, official) as it is."""
+    return os.path.abspath(weights) if os.path.exists(weights) else weights
 
 
 def _next_multiple(step, every):

@@ -51,7 +51,9 @@ def find_vit(model) -> ViT:
     return vits[0]
 
 
-def resolve_weights(weights: Optional[str]) -> Optional[InitialWeights]:
+def resolve_weights(weights: Optional[str], new_head: bool = False) -> Optional[InitialWeights]:
+    """What `weights` resolve to; new_head: for a classifier, an HF transformers base without a
+    head is read as its family's image classifier (keras_vit.weights.sources.open_checkpoint)."""
     if weights is None:
         return None
     check_weights_exist(weights)  # before anything else: a mistyped name would be taken for a path
@@ -59,7 +61,7 @@ def resolve_weights(weights: Optional[str]) -> Optional[InitialWeights]:
     if path.startswith(NAME_PREFIXES) or (model_source.is_checkpoint(path) and os.path.isdir(path)):
         # An HF transformers, keras-hub or timm folder or hub name ("hf:ORG/NAME"), as predict/export
         # take it: its architecture too.
-        checkpoint = open_checkpoint(path)
+        checkpoint = open_checkpoint(path, new_head=new_head)
         return InitialWeights(_encoder(checkpoint.params), checkpoint.config, checkpoint.num_channels, f"checkpoint {path}",
                               _head_classes(checkpoint.params))
     if storage.isdir(path) or path.endswith(".keras"):
@@ -146,6 +148,14 @@ def load_adapter(path, weights: Optional[str] = None):
 
     tensors, base, model_config = read_adapter(path)
     vit = ViT.from_config(model_config)
-    apply_weights(vit, resolve_weights(weights or base))
+    initial = resolve_weights(weights or base, new_head=vit.include_top)
+    if initial.source_config is not None and _pooling(initial.source_config) != _pooling(vit.config):
+        initial = resolve_weights(weights or base)  # a run that read its base as it is (from before new_head)
+    apply_weights(vit, initial)
     apply_adapter(vit, tensors)
     return merge_lora(vit)
+
+
+def _pooling(config: ViTConfig) -> tuple:
+    """What a classifier on an encoder reads (hf_families' new_head form changes these alone)."""
+    return config.classifier, config.final_norm, config.projection_size, config.has_class_token

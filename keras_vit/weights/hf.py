@@ -44,15 +44,17 @@ def is_hf_directory(path) -> bool:
 
 
 def read_hf_directory(directory, source: Optional[str] = None,
-                      tensors: Optional[Dict[str, np.ndarray]] = None) -> Checkpoint:
+                      tensors: Optional[Dict[str, np.ndarray]] = None, new_head: bool = False) -> Checkpoint:
     """An HF transformers ViT (or DeiT, DINOv2, SigLIP, CLIP) directory as a
     Checkpoint; `tensors`: the directory's own tensors changed (a peft adapter
-    merged into them, keras_vit.weights.peft), read from it when None."""
+    merged into them, keras_vit.weights.peft), read from it when None; new_head:
+    a base without a head read as its family's image classifier would read it
+    (hf_families.map_family), for a new head."""
     directory = os.fspath(directory)
     where = source or directory
     if tensors is None:
         tensors = read_hf_tensors(directory, where)
-    mapped = map_family(read_json(os.path.join(directory, "config.json")), tensors, where)
+    mapped = map_family(read_json(os.path.join(directory, "config.json")), tensors, where, new_head)
     fields = dict(mapped.fields)
     if "pixel_normalization" not in fields:  # a family's weights fix theirs; ViT's preprocessor says
         normalization = processor_normalization(directory, where)

@@ -209,14 +209,20 @@ def vit_table(prefix: str, num_layers: int, heads: int, heads_named=(("head", "c
     return table
 
 
-def _pooler(c: dict, tensors: Dict[str, np.ndarray], prefix: str, where: str) -> bool:
+def _pooler(c: dict, tensors: Dict[str, np.ndarray], prefix: str, where: str, classifies: bool) -> bool:
+    """Whether the pooler is the model's representation layer: a bare model's. The image
+    classifiers have none (add_pooling_layer=False); a bare base's pooler under a new
+    classifier (a peft adapter's modules_to_save, a run's new head) is left out, as
+    transformers leaves it when it loads such a base into its classifier."""
+    if classifies:
+        return False
     has_pooler = prefix + "pooler.dense.weight" in tensors
     if has_pooler and c["pooler_act"] != "tanh":
         raise UserError(f"{where} has pooler_act={c['pooler_act']!r}; keras-vit's representation layer is tanh.")
     return has_pooler
 
 
-def vit(hf: dict, tensors: Dict[str, np.ndarray], where: str) -> Mapped:
+def vit(hf: dict, tensors: Dict[str, np.ndarray], where: str, new_head: bool = False) -> Mapped:
     """ViTModel (with or without its pooler) and ViTForImageClassification. HF's ViT computes
     what the official one does with its own numerics: hidden_act="gelu" is the exact GELU,
     layer_norm_eps 1e-12 by default; both travel in ViTConfig. The pixel normalisation is the
@@ -230,10 +236,13 @@ def vit(hf: dict, tensors: Dict[str, np.ndarray], where: str) -> Mapped:
     mlp_activation, gelu_approximate = _activation(c, where)
     prefix = "vit." if any(k.startswith("vit.") for k in tensors) else ""
     _require(tensors, prefix + "embeddings.cls_token", "the class token", where, "ViT")
-    has_pooler = _pooler(c, tensors, prefix, where)
+    has_pooler = _pooler(c, tensors, prefix, where, new_head or "classifier.weight" in tensors)
     layers = int(c["num_hidden_layers"])
-    # Nothing is dropped: a ViTModel's mask_token (use_mask_token=True) is reported by the loader.
-    params = rename(tensors, vit_table(prefix, layers, heads))
+    # A ViTModel's mask_token (use_mask_token=True) is reported by the loader; its pooler under a
+    # classifier is dropped (_pooler).
+    pooler = prefix + "pooler."
+    params = rename(_drop(tensors, lambda k: not has_pooler and k.startswith(pooler)),
+                    vit_table(prefix, layers, heads))
     patch = _patch_size(c, where)
     image_size = _grid_image_size(_side(c["image_size"], "image_size", where), params.get(POSEMB_KEY), 1, patch,
                                   where)
@@ -247,7 +256,7 @@ def vit(hf: dict, tensors: Dict[str, np.ndarray], where: str) -> Mapped:
     return Mapped(fields, params, image_size, _labels(hf, params), int(c["num_channels"]))
 
 
-def deit(hf: dict, tensors: Dict[str, np.ndarray], where: str) -> Mapped:
+def deit(hf: dict, tensors: Dict[str, np.ndarray], where: str, new_head: bool = False) -> Mapped:
     """DeiTModel (with or without its pooler), DeiTForImageClassification (one head on the
     class token) and DeiTForImageClassificationWithTeacher (a second head on the
     distillation token; transformers' logits are the mean of the two)."""
@@ -259,8 +268,9 @@ def deit(hf: dict, tensors: Dict[str, np.ndarray], where: str) -> Mapped:
         raise UserError(f"{where} is a DeiTForMaskedImageModeling checkpoint (a pixel decoder on the tokens); "
                         f"keras-vit reads DeiTModel and the DeiT image classifiers.")
     _require(tensors, prefix + "embeddings.distillation_token", "the DeiT distillation token", where, "DeiT")
-    has_pooler = _pooler(c, tensors, prefix, where)
     with_teacher = "distillation_classifier.weight" in tensors
+    has_pooler = _pooler(c, tensors, prefix, where,
+                         new_head or with_teacher or "classifier.weight" in tensors)
     e = prefix + "embeddings."
     heads_named = ((("head", "cls_classifier"), ("head_dist", "distillation_classifier")) if with_teacher
                    else (("head", "classifier"),))
@@ -268,7 +278,9 @@ def deit(hf: dict, tensors: Dict[str, np.ndarray], where: str) -> Mapped:
              **vit_table(prefix, int(c["num_hidden_layers"]), heads, heads_named)}
     # mask_token exists only in DeiTForMaskedImageModeling (refused above) and in a DeiTModel
     # built with use_mask_token=True: it replaces masked patches in pre-training only.
-    params = rename(_drop(tensors, lambda k: _is_buffer(k) or k == e + "mask_token"), table)
+    pooler = prefix + "pooler."
+    params = rename(_drop(tensors, lambda k: _is_buffer(k) or k == e + "mask_token" or (
+        not has_pooler and k.startswith(pooler))), table)
     patch = _patch_size(c, where)
     image_size = _grid_image_size(_side(c["image_size"], "image_size", where), params.get(POSEMB_KEY), 2, patch,
                                   where)
@@ -291,7 +303,7 @@ def _swiglu_width(hidden: int, mlp_ratio: float) -> int:
     return (int(width * 2 / 3) + 7) // 8 * 8
 
 
-def _dinov2(hf: dict, tensors: Dict[str, np.ndarray], where: str, registers: bool) -> Mapped:
+def _dinov2(hf: dict, tensors: Dict[str, np.ndarray], where: str, registers: bool, new_head: bool) -> Mapped:
     family = "DINOv2 with registers" if registers else "DINOv2"
     c = _settings(hf, _DINOV2_REGISTERS_DEFAULTS if registers else _DINOV2_DEFAULTS)
     hidden, heads = _check_attention(c, where)
@@ -327,7 +339,7 @@ def _dinov2(hf: dict, tensors: Dict[str, np.ndarray], where: str, registers: boo
     # embeddings.mask_token replaces masked patches in DINOv2's (iBOT) masked pre-training and
     # nowhere else (bool_masked_pos); inference never reads it.
     params = rename(_drop(tensors, lambda k: _is_buffer(k) or k == e + "mask_token"), table)
-    has_head = "head/kernel" in params
+    has_head = new_head or "head/kernel" in params
     patch = _patch_size(c, where)
     image_size = _grid_image_size(_side(c["image_size"], "image_size", where), params.get(POSEMB_KEY), 1, patch,
                                   where)
@@ -346,14 +358,14 @@ def _dinov2(hf: dict, tensors: Dict[str, np.ndarray], where: str, registers: boo
     return Mapped(fields, params, image_size, _labels(hf, params), int(c["num_channels"]))
 
 
-def dinov2(hf: dict, tensors: Dict[str, np.ndarray], where: str) -> Mapped:
+def dinov2(hf: dict, tensors: Dict[str, np.ndarray], where: str, new_head: bool = False) -> Mapped:
     """Dinov2Model (or Dinov2Backbone) and Dinov2ForImageClassification; MLP or SwiGLU."""
-    return _dinov2(hf, tensors, where, registers=False)
+    return _dinov2(hf, tensors, where, registers=False, new_head=new_head)
 
 
-def dinov2_with_registers(hf: dict, tensors: Dict[str, np.ndarray], where: str) -> Mapped:
+def dinov2_with_registers(hf: dict, tensors: Dict[str, np.ndarray], where: str, new_head: bool = False) -> Mapped:
     """Dinov2WithRegistersModel and Dinov2WithRegistersForImageClassification."""
-    return _dinov2(hf, tensors, where, registers=True)
+    return _dinov2(hf, tensors, where, registers=True, new_head=new_head)
 
 
 # --- DINOv3: registers, LayerScale, rotary positions instead of a table ---
@@ -386,9 +398,10 @@ def _dinov3_tensors(tensors: Dict[str, np.ndarray], blocks: str, layers: int, hi
     return tensors
 
 
-def dinov3_vit(hf: dict, tensors: Dict[str, np.ndarray], where: str) -> Mapped:
+def dinov3_vit(hf: dict, tensors: Dict[str, np.ndarray], where: str, new_head: bool = False) -> Mapped:
     """DINOv3ViTModel (and DINOv3ViTBackbone's weights): features = pooler_output, the class
-    token after the final LayerNorm; plain or gated MLP, with or without registers."""
+    token after the final LayerNorm; plain or gated MLP, with or without registers. transformers
+    has no DINOv3 image classifier: a new head reads these features (new_head changes nothing)."""
     c = _settings(hf, _DINOV3_DEFAULTS)
     hidden, heads = _check_attention(c, where)
     for flag in ("query_bias", "value_bias", "proj_bias", "mlp_bias"):
@@ -479,7 +492,8 @@ def _split_in_proj(tensors: Dict[str, np.ndarray], attention: str) -> Dict[str, 
     return tensors
 
 
-def _siglip_tower(c: dict, tensors: Dict[str, np.ndarray], where: str, family: str, patch_kernel) -> tuple:
+def _siglip_tower(c: dict, tensors: Dict[str, np.ndarray], where: str, family: str, patch_kernel,
+                  new_head: bool) -> tuple:
     """SigLIP's image tower, SigLIP2's too: (its ViTConfig fields, its params). `patch_kernel`
     reads the patch embedding: a convolution (SigLIP), or a Linear on flattened patches (SigLIP2)."""
     fields = _tower_fields(c, where, family)
@@ -489,7 +503,7 @@ def _siglip_tower(c: dict, tensors: Dict[str, np.ndarray], where: str, family: s
     _require(tensors, e + "patch_embedding.weight", "the patch embedding", where, family)
     # Sig*ForImageClassification: its logits read the mean of the normalised tokens through
     # `classifier`; the tower's attention-pooling head is computed but never used.
-    classification = "classifier.weight" in tensors
+    classification = new_head or "classifier.weight" in tensors
     uses_head = bool(c["vision_use_head"]) and not classification
     table = {
         "embedding/kernel": (e + "patch_embedding.weight", patch_kernel),
@@ -520,24 +534,27 @@ def _siglip_tower(c: dict, tensors: Dict[str, np.ndarray], where: str, family: s
     return fields, rename(_drop(tensors, unused), table)
 
 
-def _siglip(c: dict, hf: dict, tensors: Dict[str, np.ndarray], where: str) -> Mapped:
-    fields, params = _siglip_tower(c, tensors, where, "SigLIP", CONV)
+def _siglip(c: dict, hf: dict, tensors: Dict[str, np.ndarray], where: str, new_head: bool = False) -> Mapped:
+    fields, params = _siglip_tower(c, tensors, where, "SigLIP", CONV, new_head)
     image_size = _grid_image_size(_side(c["image_size"], "image_size", where), params.get(POSEMB_KEY), 0,
                                   fields["patch_size"], where)
     return Mapped(fields, params, image_size, _labels(hf, params), int(c["num_channels"]))
 
 
-def siglip_vision_model(hf: dict, tensors: Dict[str, np.ndarray], where: str) -> Mapped:
-    """SiglipVisionModel: features = the attention-pooling head's output (pooler_output)."""
+def siglip_vision_model(hf: dict, tensors: Dict[str, np.ndarray], where: str, new_head: bool = False) -> Mapped:
+    """SiglipVisionModel: features = the attention-pooling head's output (pooler_output). No
+    transformers classifier loads a bare tower (SiglipForImageClassification reads a full
+    SiglipModel's config): a new head reads these features."""
     return _siglip(_settings(hf, _SIGLIP_DEFAULTS), hf, tensors, where)
 
 
-def siglip(hf: dict, tensors: Dict[str, np.ndarray], where: str) -> Mapped:
-    """A full SiglipModel (its vision tower), or SiglipForImageClassification."""
-    return _siglip(_settings(_vision_config(hf), _SIGLIP_DEFAULTS), hf, tensors, where)
+def siglip(hf: dict, tensors: Dict[str, np.ndarray], where: str, new_head: bool = False) -> Mapped:
+    """A full SiglipModel (its vision tower), or SiglipForImageClassification (also what a new
+    head on a SiglipModel is: new_head)."""
+    return _siglip(_settings(_vision_config(hf), _SIGLIP_DEFAULTS), hf, tensors, where, new_head)
 
 
-def _siglip2(c: dict, hf: dict, tensors: Dict[str, np.ndarray], where: str) -> Mapped:
+def _siglip2(c: dict, hf: dict, tensors: Dict[str, np.ndarray], where: str, new_head: bool = False) -> Mapped:
     """SigLIP's tower taking patches at each image's own grid (NaFlex): the patch embedding a
     Linear on flattened patches (our convolution, on the image), and a learned G x G table
     that each image's grid resizes with torch's antialiased bilinear (keras_vit.model.naflex)."""
@@ -546,20 +563,22 @@ def _siglip2(c: dict, hf: dict, tensors: Dict[str, np.ndarray], where: str) -> M
         raise UserError(f"{where}: num_patches={c['num_patches']} is not a square grid, which SigLIP2's position "
                         f"table is (transformers reshapes it to sqrt(num_patches) per side).")
     patch = _patch_size(c, where)
-    fields, params = _siglip_tower(c, tensors, where, "SigLIP2", patch_linear_kernels(patch))
+    fields, params = _siglip_tower(c, tensors, where, "SigLIP2", patch_linear_kernels(patch), new_head)
     fields.update(position_interpolation="bilinear_antialias")
     return Mapped(fields, params, (side * patch, side * patch), _labels(hf, params), int(c["num_channels"]),
                   dynamic_image_size=True)
 
 
-def siglip2_vision_model(hf: dict, tensors: Dict[str, np.ndarray], where: str) -> Mapped:
-    """Siglip2VisionModel: features = the attention-pooling head's output (pooler_output)."""
+def siglip2_vision_model(hf: dict, tensors: Dict[str, np.ndarray], where: str, new_head: bool = False) -> Mapped:
+    """Siglip2VisionModel: features = the attention-pooling head's output (pooler_output); a new
+    head reads them (as SigLIP's bare tower)."""
     return _siglip2(_settings(hf, _SIGLIP2_DEFAULTS), hf, tensors, where)
 
 
-def siglip2(hf: dict, tensors: Dict[str, np.ndarray], where: str) -> Mapped:
-    """A full Siglip2Model (its vision tower), or Siglip2ForImageClassification."""
-    return _siglip2(_settings(_vision_config(hf), _SIGLIP2_DEFAULTS), hf, tensors, where)
+def siglip2(hf: dict, tensors: Dict[str, np.ndarray], where: str, new_head: bool = False) -> Mapped:
+    """A full Siglip2Model (its vision tower), or Siglip2ForImageClassification (new_head: a new
+    head on a Siglip2Model)."""
+    return _siglip2(_settings(_vision_config(hf), _SIGLIP2_DEFAULTS), hf, tensors, where, new_head)
 
 
 # --- AIMv2: RMSNorm everywhere, a gated MLP, no projection biases, its own attention pooling ---
@@ -639,25 +658,25 @@ def _aimv2(c: dict, hf: dict, tensors: Dict[str, np.ndarray], where: str) -> Map
     return Mapped(fields, params, _side(c["image_size"], "image_size", where), None, int(c["num_channels"]))
 
 
-def aimv2_vision_model(hf: dict, tensors: Dict[str, np.ndarray], where: str) -> Mapped:
-    """Aimv2VisionModel: features = its attention pooling's output (pooler_output)."""
+def aimv2_vision_model(hf: dict, tensors: Dict[str, np.ndarray], where: str, new_head: bool = False) -> Mapped:
+    """Aimv2VisionModel: features = its attention pooling's output (pooler_output). transformers
+    has no AIMv2 image classifier: a new head reads these features."""
     return _aimv2(_settings(hf, _AIMV2_DEFAULTS), hf, tensors, where)
 
 
-def aimv2(hf: dict, tensors: Dict[str, np.ndarray], where: str) -> Mapped:
-    """A full Aimv2Model: its vision tower and visual projection (get_image_features)."""
+def aimv2(hf: dict, tensors: Dict[str, np.ndarray], where: str, new_head: bool = False) -> Mapped:
+    """A full Aimv2Model: its vision tower and visual projection (get_image_features); a new head
+    reads those."""
     return _aimv2(_settings(_vision_config(hf), _AIMV2_DEFAULTS), hf, tensors, where)
 
 
-def _clip(c: dict, hf: dict, tensors: Dict[str, np.ndarray], where: str) -> Mapped:
-    # MetaCLIP 2 is CLIP's architecture trained on other data: transformers' MetaClip2 classes
-    # are CLIP's with the names changed, and their files hold the same tensor names.
-    family, classes = ("MetaCLIP 2", "MetaClip2") if hf.get("model_type", "").startswith("metaclip_2") else (
-        "CLIP", "CLIP")
-    if "classifier.weight" in tensors:
-        raise UserError(f"{where} is a {classes}ForImageClassification checkpoint: its classifier reads the mean of "
-                        f"the patch tokens before any LayerNorm, which keras-vit's ViT does not compute. Its vision "
-                        f"tower loads as a {classes}VisionModel (save model.vision_model).")
+def _clip(c: dict, hf: dict, tensors: Dict[str, np.ndarray], where: str, new_head: bool = False) -> Mapped:
+    """CLIP's tower (MetaCLIP 2's: CLIP's architecture trained on other data, transformers'
+    MetaClip2 classes are CLIP's renamed, with the same tensor names). Its image classifier
+    (CLIPForImageClassification; new_head: a new head on a full CLIPModel) reads the mean of the
+    patch tokens as the last block leaves them: no post_layernorm, no projection."""
+    family = "MetaCLIP 2" if hf.get("model_type", "").startswith("metaclip_2") else "CLIP"
+    classification = new_head or "classifier.weight" in tensors
     fields = _tower_fields(c, where, family)
     heads = fields["num_heads"]
     prefix = _vision_prefix(tensors)
@@ -673,14 +692,20 @@ def _clip(c: dict, hf: dict, tensors: Dict[str, np.ndarray], where: str) -> Mapp
     torch_norm(table, "pre_norm", prefix + "pre_layrnorm")  # sic: transformers' spelling
     for i in range(fields["num_layers"]):
         torch_block(table, i, prefix + TOWER.on_disk.format(i=i), TOWER.parts, heads)
-    torch_norm(table, "pooled_norm", prefix + "post_layernorm")
-    torch_dense(table, "projection", "visual_projection", bias=False)
+    if classification:
+        torch_dense(table, "head", "classifier")
+    else:
+        torch_norm(table, "pooled_norm", prefix + "post_layernorm")
+        torch_dense(table, "projection", "visual_projection", bias=False)
 
     def unused(name: str) -> bool:
         # A full CLIPModel's text tower, text_projection and logit_scale (the contrastive
-        # loss's temperature) are not part of the image model.
+        # loss's temperature) are not part of the image model; nor, under the classifier, the
+        # normalised class token and its projection, which it does not read.
         return (_is_buffer(name) or name.startswith("text_model.")
-                or name in ("text_projection.weight", "logit_scale"))
+                or name in ("text_projection.weight", "logit_scale")
+                or (classification and (name.startswith(prefix + "post_layernorm.")
+                                        or name == "visual_projection.weight")))
 
     params = rename(_drop(tensors, unused), table)
     patch = fields["patch_size"]
@@ -693,17 +718,22 @@ def _clip(c: dict, hf: dict, tensors: Dict[str, np.ndarray], where: str) -> Mapp
     fields.update(classifier="token", pre_norm=True, patch_bias="embedding/bias" in params,
                   final_norm="pooled", projection_size=None if projection is None else int(projection.shape[-1]),
                   pixel_normalization="clip")
-    return Mapped(fields, params, image_size, None, int(c["num_channels"]))
+    if classification:  # the class token attends, the mean of the patch tokens is read
+        fields.update(classifier="gap", class_token=True, final_norm="none")
+    return Mapped(fields, params, image_size, _labels(hf, params), int(c["num_channels"]))
 
 
-def clip_vision_model(hf: dict, tensors: Dict[str, np.ndarray], where: str) -> Mapped:
-    """CLIPVisionModel and CLIPVisionModelWithProjection (MetaClip2's too)."""
+def clip_vision_model(hf: dict, tensors: Dict[str, np.ndarray], where: str, new_head: bool = False) -> Mapped:
+    """CLIPVisionModel and CLIPVisionModelWithProjection (MetaClip2's too). No transformers
+    classifier loads a bare tower (CLIPForImageClassification reads a full CLIPModel's config):
+    a new head reads its features."""
     return _clip(_settings(hf, _CLIP_DEFAULTS), hf, tensors, where)
 
 
-def clip(hf: dict, tensors: Dict[str, np.ndarray], where: str) -> Mapped:
-    """A full CLIPModel (or MetaClip2Model): its vision tower and visual projection."""
-    return _clip(_settings(_vision_config(hf), _CLIP_DEFAULTS), hf, tensors, where)
+def clip(hf: dict, tensors: Dict[str, np.ndarray], where: str, new_head: bool = False) -> Mapped:
+    """A full CLIPModel (or MetaClip2Model): its vision tower and visual projection; or
+    CLIPForImageClassification (MetaClip2's), which a new head on it is too (new_head)."""
+    return _clip(_settings(_vision_config(hf), _CLIP_DEFAULTS), hf, tensors, where, new_head)
 
 
 # --- dispatch ---
@@ -749,7 +779,11 @@ def check_model_type(hf: dict, where: str) -> None:
                         f"{', '.join(sorted(FAMILIES))}.")
 
 
-def map_family(hf: dict, tensors: Dict[str, np.ndarray], where: str) -> Mapped:
-    """The family adapter of config.json's model_type, applied."""
+def map_family(hf: dict, tensors: Dict[str, np.ndarray], where: str, new_head: bool = False) -> Mapped:
+    """The family adapter of config.json's model_type, applied. new_head: read a base without a
+    head as the model transformers' image classifier of the family (*ForImageClassification) makes
+    of it, its classifier new: what its pooling reads (DINOv2's class token beside the patch
+    tokens' mean, SigLIP's and CLIP's means, no ViT pooler). Families with no such classifier,
+    and bare towers no classifier loads, read as they are."""
     check_model_type(hf, where)
-    return FAMILIES[hf["model_type"]](hf, tensors, where)
+    return FAMILIES[hf["model_type"]](hf, tensors, where, new_head=new_head)

@@ -105,3 +105,70 @@ def blocks_of(config: dict) -> Optional[Blocks]:
     if blocks is DINOV3 and config.get("use_gated_mlp"):
         return DINOV3_GATED
     return blocks
+
+
+# --- the classes a base loads as ------------------------------------------------------------------
+
+class ModelClass(NamedTuple):
+    """A transformers class a base loads as: where its encoder sits in its modules, and the
+    classifier it has (head_kind: keras_vit's pooling of it, keras_vit.weights.hf_families; heads:
+    our head keys -> its modules), None for none."""
+    prefix: str
+    head_kind: Optional[str] = None
+    heads: Optional[dict] = None
+
+
+_HEAD = {"head": "classifier"}
+DISTILLED = "token+distillation"  # DeiT's two heads, averaged (keras_vit.layers.heads.DistillationHead)
+UNNORMALISED_GAP = "gap+none"  # CLIP's classifier: the patch tokens' mean, before any norm (final_norm="none")
+# Per config.json model_type, class name -> ModelClass. Each classifier reads what keras_vit's head
+# of that kind reads (keras_vit.weights.hf_families, which reads a bare base with a new head as that
+# classifier: map_family's new_head): ViT's and DeiT's the class token after the final norm, DINOv2's
+# the class token beside the patch tokens' mean, SigLIP's the tokens' mean, CLIP's the patch tokens'
+# mean before any norm. A bare tower (CLIPVisionModel, SiglipVisionModel) loads into no classifier,
+# and DINOv3 and AIMv2 have none: their class has no head.
+CLASSES = {
+    "vit": {"ViTForImageClassification": ModelClass("vit.", "token", _HEAD), "ViTModel": ModelClass("")},
+    "deit": {"DeiTForImageClassification": ModelClass("deit.", "token", _HEAD),
+             "DeiTForImageClassificationWithTeacher": ModelClass(
+                 "deit.", DISTILLED, {"head": "cls_classifier", "head_dist": "distillation_classifier"}),
+             "DeiTModel": ModelClass("")},
+    "dinov2": {"Dinov2ForImageClassification": ModelClass("dinov2.", "token_gap", _HEAD),
+               "Dinov2Model": ModelClass("")},
+    "dinov2_with_registers": {
+        "Dinov2WithRegistersForImageClassification": ModelClass("dinov2_with_registers.", "token_gap", _HEAD),
+        "Dinov2WithRegistersModel": ModelClass("")},
+    "dinov3_vit": {"DINOv3ViTModel": ModelClass("")},
+    "clip": {"CLIPForImageClassification": ModelClass("vision_model.", UNNORMALISED_GAP, _HEAD),
+             "CLIPModel": ModelClass("vision_model.")},
+    "clip_vision_model": {"CLIPVisionModel": ModelClass(""),
+                          "CLIPVisionModelWithProjection": ModelClass("vision_model.")},
+    "metaclip_2": {"MetaClip2ForImageClassification": ModelClass("vision_model.", UNNORMALISED_GAP, _HEAD),
+                   "MetaClip2Model": ModelClass("vision_model.")},
+    "metaclip_2_vision_model": {"MetaClip2VisionModel": ModelClass(""),
+                                "MetaClip2VisionModelWithProjection": ModelClass("vision_model.")},
+    "siglip": {"SiglipForImageClassification": ModelClass("vision_model.", "gap", _HEAD),
+               "SiglipModel": ModelClass("vision_model.")},
+    "siglip_vision_model": {"SiglipVisionModel": ModelClass("")},
+    "siglip2": {"Siglip2ForImageClassification": ModelClass("vision_model.", "gap", _HEAD),
+                "Siglip2Model": ModelClass("vision_model.")},
+    "siglip2_vision_model": {"Siglip2VisionModel": ModelClass("")},
+    "aimv2": {"Aimv2Model": ModelClass("vision_model.")},
+    "aimv2_vision_model": {"Aimv2VisionModel": ModelClass("")},
+}
+MODULE_OF = {"clip_vision_model": "clip", "siglip_vision_model": "siglip",  # transformers.models.<module>
+             "siglip2_vision_model": "siglip2", "metaclip_2_vision_model": "metaclip_2",
+             "aimv2_vision_model": "aimv2"}
+# Where the classes put the encoder: an adapter trained on a classifier names its modules under its
+# prefix ("vit.layers.0..."), a bare base's files have none ("encoder.layer.0..."), and the reverse.
+CLASS_PREFIXES = tuple(sorted({c.prefix for classes in CLASSES.values() for c in classes.values() if c.prefix},
+                              key=len, reverse=True))
+CLASSIFIER_MODULES = frozenset(m for classes in CLASSES.values() for c in classes.values()
+                               for m in (c.heads or {}).values())
+
+
+def head_kind(config) -> str:
+    """The kind of head a ViTConfig's model has, as CLASSES names a classifier's."""
+    if config.distillation_head:
+        return DISTILLED
+    return UNNORMALISED_GAP if config.final_norm == "none" and config.classifier == "gap" else config.classifier

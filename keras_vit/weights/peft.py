@@ -10,6 +10,17 @@ on-disk names, and hands them to the base family's adapter
 (keras_vit.weights.hf): the Checkpoint is the base's architecture with the
 adapter's function. The files are safetensors: nothing is unpickled.
 
+An adapter names modules as its model held them, and people train on one class of a base saved
+as another: a bare `ViTModel` or `Dinov2Model` loaded into `ViTForImageClassification` with
+`modules_to_save=["classifier"]` ("vit.layers.0..." for "encoder.layer.0..." on disk, a
+`classifier` the base has not). So a module is also looked up without its class's prefix, or
+with the base's, and a classifier the base lacks is added: the base then reads as that family's
+image classifier (keras_vit.weights.hf_families).
+
+Initialisations that also change the base (PiSSA, OLoRA, CorDA, LoRA-GA: the base becomes
+W - scale * B0 A0; LoftQ: a quantised residual) are applied to a base that peft does not save:
+they are refused, with peft's own conversion as the way out.
+
 peft saves module paths, not file names. transformers 5 renamed ViT's,
 DeiT's, DINOv2's and DINOv3's modules (`vit.layers.0.attention.q_proj`, where 4.x and
 every file on disk say `vit.encoder.layer.0.attention.attention.query`), so
@@ -27,7 +38,7 @@ import numpy as np
 
 from keras_vit.errors import UserError
 from keras_vit.weights.checkpoint import Checkpoint, read_json, read_safetensors, refuse_pickle
-from keras_vit.weights.hf_modules import blocks_of
+from keras_vit.weights.hf_modules import CLASS_PREFIXES, CLASSIFIER_MODULES, blocks_of
 
 ADAPTER_CONFIG = "adapter_config.json"
 ADAPTER_WEIGHTS = "adapter_model.safetensors"
@@ -38,8 +49,9 @@ def is_peft_directory(path) -> bool:
     return os.path.isfile(os.path.join(os.fspath(path), ADAPTER_CONFIG))
 
 
-def read_peft_directory(directory, source: Optional[str] = None) -> Checkpoint:
-    """The base a peft LoRA adapter folder names, with the adapter merged (see the module docstring)."""
+def read_peft_directory(directory, source: Optional[str] = None, new_head: bool = False) -> Checkpoint:
+    """The base a peft LoRA adapter folder names, with the adapter merged (see the module docstring);
+    new_head: read_hf_directory's, for an adapter without a classifier."""
     from keras_vit.weights.hf import is_hf_directory, read_hf_directory, read_hf_tensors
     from keras_vit.weights.hf_families import check_model_type
 
@@ -47,7 +59,7 @@ def read_peft_directory(directory, source: Optional[str] = None) -> Checkpoint:
     where = source or directory
     settings = read_json(os.path.join(directory, ADAPTER_CONFIG))
     _check_settings(settings, where)
-    base = _base_directory(settings, where)
+    base = _base_directory(settings, where, directory)
     if not is_hf_directory(base):
         raise UserError(f"{where}: its base {settings['base_model_name_or_path']!r} is not an HF transformers folder "
                         f"(config.json with model_type + model.safetensors): peft adapters of transformers models "
@@ -58,7 +70,7 @@ def read_peft_directory(directory, source: Optional[str] = None) -> Checkpoint:
     renames = _renames(base_config)
     merged = merge_adapter(tensors, _adapter_tensors(directory, where), settings, f"{where} (base {base})", renames)
     return read_hf_directory(base, source=f"{where} (peft LoRA on {settings['base_model_name_or_path']})",
-                             tensors=merged)
+                             tensors=merged, new_head=new_head)
 
 
 def _check_settings(settings: dict, where: str) -> None:
@@ -75,21 +87,37 @@ def _check_settings(settings: dict, where: str) -> None:
         if refused:
             raise UserError(f"{where} {why}: merge it with peft (model.merge_and_unload(), then save_pretrained) "
                             f"and load that folder.")
+    init = settings.get("init_lora_weights", True)
+    if isinstance(init, str) and init.lower().startswith(_CHANGES_BASE):
+        how = ("merge it with peft (model.merge_and_unload(), then save_pretrained) and load that folder"
+               if init.lower() == "loftq" else
+               "save it again with peft's save_pretrained(DIR, path_initial_model_for_weight_conversion=<the "
+               "untrained adapter's folder>), which writes it as an update of the original base")
+        raise UserError(f"{where} was initialised with init_lora_weights={init!r}, which also changes the base's "
+                        f"weights, and peft saved the adapter without that changed base: {how}.")
 
 
-def _base_directory(settings: dict, where: str) -> str:
+# init_lora_weights that subtract the initial update from the base (peft's LoraLayer.*_init).
+_CHANGES_BASE = ("pissa", "olora", "corda", "loftq", "lora_ga")
+
+
+def _base_directory(settings: dict, where: str, directory: str) -> str:
+    """The base's folder: a path as peft wrote it (or beside the adapter, for a relative one moved
+    with it), else a Hub name at the adapter's revision."""
     name = settings.get("base_model_name_or_path")
     if not name:
         raise UserError(f"{where}: adapter_config.json names no base model (base_model_name_or_path): set it to "
                         f"the base's folder or Hub name, as peft writes it when the base came from from_pretrained.")
     if os.path.isdir(name):
         return name
+    if not os.path.isabs(name) and os.path.isdir(os.path.join(directory, name)):
+        return os.path.join(directory, name)
     if os.path.isabs(name) or name.startswith((".", "~")) or name.count("/") != 1:
         raise UserError(f"{where}: its base model {name!r} does not exist: put the base's folder there, or set "
                         f"base_model_name_or_path in adapter_config.json to where it is.")
     from keras_vit.weights.download import hf_directory
 
-    return hf_directory(name)
+    return hf_directory(name, settings.get("revision") or None)
 
 
 def _adapter_tensors(directory: str, where: str) -> Dict[str, np.ndarray]:
@@ -134,6 +162,9 @@ def merge_adapter(base: Dict[str, np.ndarray], adapter: Dict[str, np.ndarray], s
             pairs.setdefault(match.group(1), {})[match.group(2)] = value
             continue
         module, leaf = name.rsplit(".", 1)  # modules_to_save, trained biases
+        if _new_classifier(module, base):  # a classifier the base has not (a bare ViTModel's new head)
+            merged[f"{module.rsplit('.', 1)[-1]}.{leaf}"] = value
+            continue
         on_disk, half = _on_disk(module, base, where, renames)
         if half is None:
             merged[f"{on_disk}.{leaf}"] = value
@@ -167,11 +198,27 @@ def _half(merged: Dict[str, np.ndarray], name: str, half: Optional[int], where: 
     return merged[name][half * rows:(half + 1) * rows]
 
 
+def _new_classifier(module: str, base: Dict[str, np.ndarray]) -> bool:
+    """Whether `module` is a transformers classifier (at the top of its class, "classifier",
+    DeiT's two) that the base has no tensor of."""
+    return module in CLASSIFIER_MODULES and not any(key.startswith(module + ".") for key in base)
+
+
+def _prefixed(module: str, base: Dict[str, np.ndarray]) -> List[str]:
+    """`module`, then the same module under the base's class prefix or without its own (an adapter
+    trained on another class of the base than the one saved: "vit.layers.0" on a bare ViTModel)."""
+    own = next((p for p in CLASS_PREFIXES if module.startswith(p)), "")
+    stem = module[len(own):]
+    theirs = [p for p in CLASS_PREFIXES if any(key.startswith(p) for key in base)]
+    return [module] + [p + stem for p in [""] + theirs if p != own]
+
+
 def _on_disk(module: str, base: Dict[str, np.ndarray], where: str, renames) -> Tuple[str, Optional[int]]:
-    """The base's on-disk name of an adapter's module path (its own, or transformers 5's renamed),
-    and the half of it the module is (None: all)."""
-    candidates = [(module, None)] + [(re.sub(pattern, name, module), half) for pattern, name, half in renames
-                                     if re.search(pattern, module)]
+    """The base's on-disk name of an adapter's module path (its own, or transformers 5's renamed,
+    under the base's class prefix), and the half of it the module is (None: all)."""
+    candidates = [(path, None) for path in _prefixed(module, base)] + [
+        (re.sub(pattern, name, path), half) for path in _prefixed(module, base)
+        for pattern, name, half in renames if re.search(pattern, path)]
     for candidate, half in candidates:
         if any(key.startswith(candidate + ".") for key in base):
             return candidate, half

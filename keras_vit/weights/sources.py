@@ -34,13 +34,16 @@ def _split_revision(name: str):
     return repo, (revision or None)
 
 
-def open_checkpoint(source, official_variant=None, model=None) -> Checkpoint:
+def open_checkpoint(source, official_variant=None, model=None, new_head: bool = False) -> Checkpoint:
     """Reads any supported checkpoint source into a Checkpoint.
 
     official_variant: for an official checkpoint *name* ("imagenet21k"), the
     variant to fetch (names alone do not say which file).
     model: the model it is for, when its architecture is given (weights=):
     official files are then read as that architecture instead of inferring one.
+    new_head: an HF transformers base without a head is read as the model its
+    family's image classifier makes of it, for a new head (a fine-tuning run:
+    keras_vit.weights.hf_families.map_family).
     """
     from keras_vit.weights import hub, npz
 
@@ -50,7 +53,7 @@ def open_checkpoint(source, official_variant=None, model=None) -> Checkpoint:
         from keras_vit.weights.hf import read_hf_directory
 
         repo, revision = _split_revision(source[3:])
-        return read_hf_directory(hf_directory(repo, revision), source=source)
+        return read_hf_directory(hf_directory(repo, revision), source=source, new_head=new_head)
     if source.startswith("timm:"):
         from keras_vit.weights.download import timm_files
         from keras_vit.weights.timm import read_timm
@@ -84,7 +87,7 @@ def open_checkpoint(source, official_variant=None, model=None) -> Checkpoint:
             f"{list(hub.CHECKPOINTS)}."
         )
     if os.path.isdir(source):
-        return _open_directory(source)
+        return _open_directory(source, new_head)
     lower = source.lower()
     if lower.endswith(_PICKLES):
         refuse_pickle(source)
@@ -95,7 +98,7 @@ def open_checkpoint(source, official_variant=None, model=None) -> Checkpoint:
         from keras_vit.weights.hf import is_hf_directory, read_hf_directory
 
         if is_hf_directory(directory) and os.path.basename(source) == "model.safetensors":
-            return read_hf_directory(directory)
+            return read_hf_directory(directory, new_head=new_head)
         from keras_vit.weights.timm import read_timm
 
         config = os.path.join(directory, "config.json")
@@ -157,16 +160,16 @@ def directory_kind(directory) -> Optional[str]:
     return None
 
 
-def _open_directory(directory) -> Checkpoint:
+def _open_directory(directory, new_head: bool = False) -> Checkpoint:
     kind = directory_kind(directory)
     if kind == "peft":  # a peft LoRA adapter: its base, with the adapter merged
         from keras_vit.weights.peft import read_peft_directory
 
-        return read_peft_directory(directory)
+        return read_peft_directory(directory, new_head=new_head)
     if kind == "hf":
         from keras_vit.weights.hf import read_hf_directory
 
-        return read_hf_directory(directory)
+        return read_hf_directory(directory, new_head=new_head)
     if kind == "kerashub":
         from keras_vit.weights.kerashub import read_kerashub
 
