@@ -21,9 +21,10 @@ NORMS = ("layer_norm", "rms_norm")
 # The MLP of every block: GELU (tanh or exact, by gelu_approximate), CLIP's
 # x * sigmoid(1.702 x), or DINOv2's gated SiLU unit.
 MLP_ACTIVATIONS = ("gelu", "quick_gelu", "swiglu")
-# Where the final LayerNorm sits: on every token (ViT, DeiT, DINOv2, SigLIP), or
-# on the pooled vector only (CLIP's post_layernorm).
-FINAL_NORMS = ("tokens", "pooled")
+# Where the final LayerNorm sits: on every token (ViT, DeiT, DINOv2, SigLIP), on the
+# pooled vector only (CLIP's post_layernorm), or nowhere (CLIPForImageClassification's
+# classifier reads the encoder's tokens before post_layernorm).
+FINAL_NORMS = ("tokens", "pooled", "none")
 # How a learned position table is resized to another grid: the official loader's
 # linear (corners aligned), or each family's own torch code (keras_vit.layers.interpolation).
 POSITION_INTERPOLATIONS = ("linear", "bicubic", "bicubic_antialias", "bilinear_antialias")
@@ -54,6 +55,21 @@ def lora_targets(targets) -> Tuple[str, ...]:
 
 
 POSITION_EMBEDDINGS = ("learned_1d", "learned_2d", "sincos_2d", "relative", "rope", "none")
+
+
+def lora_alpha_value(alpha) -> float:
+    """lora_alpha as a float, refused in one line naming the flag (from the command line) and
+    the fix where it is no positive number (0 would silence every update)."""
+    from keras_vit.utils.console import either
+
+    try:
+        value = float(alpha)
+    except (TypeError, ValueError):
+        value = float("nan")
+    if not value > 0:  # NaN too
+        raise UserError(f"{either('--lora-alpha', 'lora_alpha')} must be positive, got {alpha!r}: give a positive "
+                        f"number (the updates' scale is alpha / rank), or leave it out to use the rank.")
+    return value
 
 
 @dataclasses.dataclass(frozen=True)
@@ -152,8 +168,10 @@ class ViTConfig:
             unit's width; Dense_0 holds the gate, then the value).
         pre_norm: a LayerNorm on the tokens before the encoder (CLIP).
         patch_bias: the patch embedding's bias (CLIP has none).
-        final_norm: "tokens" (LayerNorm on every encoded token) or "pooled"
-            (on the pooled vector only: CLIP's post_layernorm).
+        final_norm: "tokens" (LayerNorm on every encoded token), "pooled"
+            (on the pooled vector only: CLIP's post_layernorm) or "none"
+            (CLIPForImageClassification: its classifier reads the tokens as
+            the last block leaves them).
         projection_size: a bias-free projection of the pooled vector (CLIP's
             visual projection to the joint embedding); None: none.
         position_interpolation: how learned position weights are resized to
@@ -328,9 +346,7 @@ class ViTConfig:
                             f": the smallest is {side} wide): choose a rank from 1 to {side} (LoRA's usual: 4 to 16).")
         object.__setattr__(self, "lora_rank", rank)
         if self.lora_alpha is not None:
-            if not float(self.lora_alpha) > 0:
-                raise UserError(f"lora_alpha must be positive, got {self.lora_alpha!r}.")
-            object.__setattr__(self, "lora_alpha", float(self.lora_alpha))
+            object.__setattr__(self, "lora_alpha", lora_alpha_value(self.lora_alpha))
 
     @property
     def lora(self) -> Optional[dict]:

@@ -506,16 +506,28 @@ def test_what_cannot_be_expressed_is_refused_in_one_line(tmp_path, name, change,
     assert "\n" not in str(error.value)
 
 
-def test_clip_image_classifier_and_other_files_are_refused(tmp_path):
-    config = transformers.CLIPConfig(vision_config=small(intermediate_size=MLP), text_config=TEXT, num_labels=3)
-    transformers.CLIPForImageClassification(config).save_pretrained(tmp_path / "clip")
-    with pytest.raises(ValueError, match="CLIPForImageClassification"):
-        keras_vit.from_pretrained(str(tmp_path / "clip"))
-    config = transformers.MetaClip2Config(vision_config=small(intermediate_size=MLP),
-                                          text_config=dict(TEXT, bos_token_id=0, eos_token_id=2), num_labels=3)
-    transformers.MetaClip2ForImageClassification(config).save_pretrained(tmp_path / "metaclip_2")
-    with pytest.raises(ValueError, match="a MetaClip2ForImageClassification checkpoint.*loads as a MetaClip2VisionModel"):
-        keras_vit.from_pretrained(str(tmp_path / "metaclip_2"))
+@pytest.mark.parametrize("family", ["clip", "metaclip_2"])
+def test_clip_s_image_classifier_gives_its_logits(tmp_path, family):
+    """CLIPForImageClassification (MetaClip2's): the mean of the patch tokens as the last block leaves
+    them (no post_layernorm, no projection), then the classifier."""
+    if family == "clip":
+        config = transformers.CLIPConfig(vision_config=small(intermediate_size=MLP), text_config=TEXT, num_labels=3)
+        hf = transformers.CLIPForImageClassification(config)
+    else:
+        config = transformers.MetaClip2Config(vision_config=small(intermediate_size=MLP),
+                                              text_config=dict(TEXT, bos_token_id=0, eos_token_id=2), num_labels=3)
+        hf = transformers.MetaClip2ForImageClassification(config)
+    perturb_torch(hf, 3)
+    hf.eval().save_pretrained(tmp_path / family)
+    model = keras_vit.from_pretrained(str(tmp_path / family))
+    assert (model.config.classifier, model.config.final_norm, model.config.projection_size) == ("gap", "none", None)
+    x = images(32)
+    with torch.no_grad():
+        expected = hf(pixel_values=pixels(x)).logits.numpy()
+    np.testing.assert_allclose(model(x), expected, atol=1e-4, rtol=1e-4)
+
+
+def test_other_files_are_refused(tmp_path):
     # A ViT's files under model_type "deit": no distillation token to read.
     transformers.ViTModel(transformers.ViTConfig(**small(intermediate_size=MLP))).save_pretrained(tmp_path / "vit")
     path = tmp_path / "vit" / "config.json"

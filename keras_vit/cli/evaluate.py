@@ -5,7 +5,8 @@
 MODEL is anything predict takes (a run folder, a LoRA or quantised run, a
 .keras file, a checkpoint); DATA a folder of class sub-folders, 'mnist' (the
 1,000 digits no run trains on) or an .npz with labels. Images are decoded
-and resized to the model's size as predict reads them. A folder's classes
+and resized to the model's size as predict reads them (a NaFlex model, SigLIP2's: each image
+at its own aspect ratio within --max-num-patches, in padded batches). A folder's classes
 are matched to the model's by name (by position where the model has no
 names), so a folder holding some of the model's classes is measured on them.
 """
@@ -21,7 +22,7 @@ from keras_vit.utils.flags import positive_int
 
 
 def add_arguments(parser):
-    from keras_vit.inspection.cli_predict import MODEL_HELP, add_size_arguments
+    from keras_vit.inspection.cli_predict import MODEL_HELP, add_budget_argument, add_size_arguments
 
     parser.add_argument("model", help=MODEL_HELP)
     parser.add_argument("data", help="labelled images: a folder of class sub-folders, 'mnist', or an .npz with "
@@ -32,29 +33,32 @@ def add_arguments(parser):
     parser.add_argument("--batch-size", type=positive_int, default=64, help="images per step (default 64)")
     parser.add_argument("--json", action="store_true", help="print the figures as one JSON object")
     add_size_arguments(parser)
+    add_budget_argument(parser)
 
 
 def run(args):
     from keras_vit.errors import UserError
-    from keras_vit.export import data as data_lib
-    from keras_vit.export.serving import input_size, keras_probabilities, traced_probabilities
     from keras_vit.inspection.cli_predict import open_sized
+    from keras_vit.inspection.predict import naflex_sizing
 
+    _check_data_exists(args.data)  # before the model loads
     source, size = open_sized(args)
     model = source.model
     if not getattr(model, "include_top", False):
         raise UserError(f"{args.model} has no classification head (include_top=False): evaluate measures a "
                         f"classifier; give a run or checkpoint with its head.")
-    height, width, channels = input_size(model)
-    names, traced = _class_names(args.data), traced_probabilities(model)  # one trace for every chunk
+    own_sizes = naflex_sizing(model, size, args.max_num_patches)  # NaFlex: each image as predict reads it
+    names = _class_names(args.data)
     probabilities, labels = [], []
-    # A chunk at a time: a folder of any size is decoded as it is measured.
-    for chunk in data_lib.chunks(args.data, size or (height, width), channels, args.num_images):
-        if chunk.labels is None:
+    measured = _naflex_chunks(args, model) if own_sizes else _fixed_size_chunks(args, model, size)
+    for chunk_probabilities, chunk_labels in measured:
+        if chunk_labels is None:
             raise UserError(f"{args.data} has no labels: give a folder of class sub-folders, 'mnist', or an .npz "
                             f"with a 'labels' array.")
-        labels.append(_model_ids(chunk.labels, names, source.labels, model.num_classes, args.data))
-        probabilities.append(keras_probabilities(model, chunk.images, args.batch_size, traced=traced))
+        labels.append(_model_ids(chunk_labels, names, source.labels, model.num_classes, args.data))
+        probabilities.append(chunk_probabilities)
+    if not labels:  # every file of the data failed to decode (each named in a warning)
+        raise UserError(f"None of the images of {args.data} could be read.")
     figures = _figures(np.concatenate(probabilities), np.concatenate(labels), source.labels)
     figures = {"model": str(args.model), "data": str(args.data), **figures}
     if args.json:
@@ -62,6 +66,59 @@ def run(args):
     else:
         _print(figures, source.description)
     return 0
+
+
+def _check_data_exists(spec) -> None:
+    """A DATA path that is not there is bad input (exit 2), said before the model loads."""
+    from keras_vit.errors import UserError
+    from keras_vit.utils import storage
+
+    if str(spec).lower() != "mnist" and not storage.exists(str(spec)):
+        raise UserError(f"DATA {spec} does not exist: give a folder of class sub-folders, 'mnist', or an .npz "
+                        f"with 'images' and 'labels'.")
+
+
+def _fixed_size_chunks(args, model, size):
+    """(probabilities, labels) a chunk at a time, every image resized to `size` (None: the model's):
+    a folder of any size is decoded as it is measured."""
+    from keras_vit.export import data as data_lib
+    from keras_vit.export.serving import input_size, keras_probabilities, traced_probabilities
+
+    height, width, channels = input_size(model)
+    traced = traced_probabilities(model)  # one trace for every chunk
+    for chunk in data_lib.chunks(args.data, size or (height, width), channels, args.num_images):
+        yield keras_probabilities(model, chunk.images, args.batch_size, traced=traced), chunk.labels
+
+
+def _naflex_chunks(args, model, chunk_size: int = 256):
+    """(probabilities, labels) a chunk at a time for a NaFlex model: each image at its own size
+    within --max-num-patches, as `keras-vit predict` reads it (files by keras_vit.images.load_images,
+    arrays image by image), run in padded batches (keras_vit.model.naflex.outputs_naflex)."""
+    from keras_vit import images as images_lib
+    from keras_vit.export import data as data_lib
+    from keras_vit.inspection.predict import to_probabilities
+    from keras_vit.model.naflex import outputs_naflex, size_rule
+    from keras_vit.utils import console, storage
+
+    rule, channels, budget = size_rule(model, args.max_num_patches), model.num_channels, args.max_num_patches
+    spec = str(args.data)
+    if spec.lower() != "mnist" and storage.isdir(spec):
+        entries = data_lib.sampled_entries(spec, args.num_images)
+        for start in range(0, len(entries), chunk_size):
+            label_of = dict(entries[start:start + chunk_size])
+            pixels, read, failed = images_lib.load_images(list(label_of), rule, channels)
+            if failed:
+                console.warn(f"{len(failed)} unreadable image(s) under {spec} left out: "
+                             + "; ".join(f"{path} ({why})" for path, why in failed))
+            if read:
+                labels = None if entries[0][1] is None else np.array([label_of[path] for path in read])
+                yield to_probabilities(model, outputs_naflex(model, pixels, args.batch_size, budget)), labels
+        return
+    data = data_lib.sample(data_lib.read(spec), args.num_images)
+    for start in range(0, len(data), chunk_size):
+        chunk = data.take(start, start + chunk_size)
+        pixels = [images_lib.fit_pixels(image, rule, channels) for image in chunk.images]
+        yield to_probabilities(model, outputs_naflex(model, pixels, args.batch_size, budget)), chunk.labels
 
 
 def _class_names(spec) -> Optional[List[str]]:

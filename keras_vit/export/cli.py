@@ -11,7 +11,7 @@ import sys
 
 def add_arguments(parser):
     # The registry imports no TensorFlow: --help stays fast.
-    from keras_vit.utils.flags import image_size
+    from keras_vit.utils.flags import image_size, positive_int
     from keras_vit.errors import install_hint
     from keras_vit.export.registry import FORMATS, OPTIONAL_FORMATS, REGISTRY
 
@@ -58,6 +58,10 @@ def add_arguments(parser):
                         help="the SavedModel, ONNX and TFLite artifacts take any height and width (multiples of the "
                              "patch size; the position embedding is interpolated in the graph); validated at the "
                              "model's size")
+    parser.add_argument("--max-num-patches", type=positive_int,
+                        help="NaFlex (SigLIP2) models: serving_bytes reads each image at its own aspect ratio within "
+                             "this many patches, as transformers' Siglip2ImageProcessor(max_num_patches=N) (default: "
+                             "the position table's); recorded in report.json")
     group.add_argument("--num-classes", type=int, help="classes of the head (default 1000)")
     group.add_argument("--num-channels", type=int, help="input channels (default 3)")
     parser.add_argument("--quiet", action="store_true", help="print only the table")
@@ -77,7 +81,7 @@ def run(args):
             num_validation=args.num_validation, num_calibration=args.num_calibration,
             latency_runs=args.latency_runs, weights=args.weights, image_size=args.image_size,
             num_classes=args.num_classes, num_channels=args.num_channels, overwrite=args.overwrite, verbose=not args.quiet,
-            dynamic_image_size=args.dynamic_image_size)
+            dynamic_image_size=args.dynamic_image_size, max_num_patches=args.max_num_patches)
     except UserError as error:  # bad input, or a missing extra (ExportError, MissingExtra)
         print(f"keras-vit export: error: {error}", file=sys.stderr)
         return 2

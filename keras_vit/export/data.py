@@ -193,11 +193,7 @@ def chunks(spec, image_size: Tuple[int, int], num_channels: int, limit: Optional
         for start in range(0, len(data), size):
             yield data.take(start, start + size)
         return
-    entries = _folder_entries(path)
-    labels = [label for _, label in entries]
-    order = sample_order(None if labels[0] is None else labels, len(entries), limit)
-    if order is not None:
-        entries = [entries[i] for i in order]
+    entries = sampled_entries(path, limit)
     decoded = 0
     for start in range(0, len(entries), size):
         data = _decode_entries(entries[start:start + size], path, image_size, num_channels)
@@ -206,6 +202,15 @@ def chunks(spec, image_size: Tuple[int, int], num_channels: int, limit: Optional
             yield Images(conform(data.images, image_size, num_channels), data.labels, data.source)
     if not decoded:
         raise UserError(f"None of the {len(entries)} images under {path} could be decoded.")
+
+
+def sampled_entries(path: str, limit: Optional[int] = None) -> list:
+    """[(file, class id or None)] of a folder, at most `limit` drawn as `sample` draws images
+    (before any is decoded)."""
+    entries = _folder_entries(path)
+    labels = [label for _, label in entries]
+    order = sample_order(None if labels[0] is None else labels, len(entries), limit)
+    return entries if order is None else [entries[i] for i in order]
 
 
 def conform(images, image_size: Tuple[int, int], num_channels: int) -> np.ndarray:

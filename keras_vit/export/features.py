@@ -37,9 +37,9 @@ def export_features(model, out, indices=None, output_format="NHWC", norm=False, 
     Returns {format: {"path", "max_difference", "outputs"}}; raises UserError
     naming the format and the difference when an artifact disagrees with Keras.
     """
-    import keras
     import tensorflow as tf
 
+    from keras_vit.export import archive
     from keras_vit.model.features import feature_model
 
     unknown = sorted(set(formats) - set(FORMATS))
@@ -57,10 +57,8 @@ def export_features(model, out, indices=None, output_format="NHWC", norm=False, 
     expected = {name: np.asarray(value) for name, value in features(images).items()}
     storage.makedirs(out)
     saved = os.path.join(out, "features_saved_model")
-    archive = keras.export.ExportArchive()
-    archive.track(features)
-    archive.add_endpoint("serving_default", lambda x: features(x, training=False), input_signature=[spec])
-    archive.write_out(saved, verbose=False)
+    # Each weight once (keras_vit.export.archive: Keras' ExportArchive stores it twice).
+    archive.write(saved, {"serving_default": (lambda x: features(x, training=False), [spec])})
     report = {}
     if "saved_model" in formats:
         served = tf.saved_model.load(saved).signatures["serving_default"]

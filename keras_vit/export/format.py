@@ -36,6 +36,7 @@ class Build:
     thresholds: Mapping[str, Optional[float]] = dataclasses.field(default_factory=dict)
     attempt: int = 0  # 0, then 1, 2, ... when the exporter asks for the format's next candidate
     state: Dict[str, Any] = dataclasses.field(default_factory=dict)  # the format's own, between attempts
+    max_num_patches: Optional[int] = None  # a NaFlex model's patch budget (serving_bytes); None: the table's
 
 
 class NoOtherCandidate(Exception):

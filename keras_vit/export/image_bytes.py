@@ -85,7 +85,7 @@ def decode(encoded, num_channels):
 
     One traced function per channel count, made once per process: a graph that decodes
     (serving_bytes) calls it instead of tracing its few thousand ops again, which took ~3 s each
-    time (twice per SavedModel: Keras' export archive, then tf.saved_model.save)."""
+    time (twice per SavedModel: its signature's trace, then tf.saved_model.save's)."""
     return _traced_decoder(int(num_channels))(encoded)
 
 

@@ -95,7 +95,7 @@ def export(model_or_path, formats=None, out="exports", *, validation_data=None, 
            num_validation: Optional[int] = None, num_calibration: int = 200, latency_runs: int = 20,
            thresholds: Optional[Dict[str, Dict]] = None, weights=None, image_size=None, num_classes=None,
            num_channels=None, overwrite: bool = False, raise_on_failure: bool = True,
-           verbose: bool = True, dynamic_image_size: bool = False) -> Dict:
+           verbose: bool = True, dynamic_image_size: bool = False, max_num_patches: Optional[int] = None) -> Dict:
     """Exports a model to `formats` under `out`, validating every artifact.
 
     Args:
@@ -137,6 +137,11 @@ def export(model_or_path, formats=None, out="exports", *, validation_data=None, 
         dynamic_image_size: the SavedModel, ONNX and TFLite artifacts take
             any height and width (a keras_vit ViT rebuilt with
             dynamic_image_size=True); validated at the model's image_size.
+        max_num_patches: a NaFlex (SigLIP2) model's patch budget: serving_bytes reads
+            each image at its own aspect ratio within it (transformers'
+            Siglip2ImageProcessor(max_num_patches=...)); None: the position
+            table's. The artifacts are validated at the model's image_size
+            brought within it, and the report records it (model.max_num_patches).
         raise_on_failure: raise ExportFailed (after installing what may be
             installed, see above) if any artifact failed.
 
@@ -146,7 +151,7 @@ def export(model_or_path, formats=None, out="exports", *, validation_data=None, 
     exporter = Exporter(formats, out, validation_data=validation_data, calibration_data=calibration_data,
                         version=version, top_k=top_k, num_validation=num_validation,
                         num_calibration=num_calibration, latency_runs=latency_runs, thresholds=thresholds,
-                        overwrite=overwrite, verbose=verbose)
+                        overwrite=overwrite, verbose=verbose, max_num_patches=max_num_patches)
     report = exporter.run(model_or_path, labels=labels, name=name, weights=weights, image_size=image_size,
                           num_classes=num_classes, num_channels=num_channels,
                           dynamic_image_size=dynamic_image_size)
@@ -172,7 +177,7 @@ class Exporter:
 
     def __init__(self, formats=None, out="exports", *, validation_data=None, calibration_data=None,
                  version=None, top_k=5, num_validation=None, num_calibration=200, latency_runs=20,
-                 thresholds=None, overwrite=False, verbose=True):
+                 thresholds=None, overwrite=False, verbose=True, max_num_patches=None):
         self.by_default = formats is None
         self.names = list(FORMATS) if self.by_default else parse_formats(formats)
         self.out = os.fspath(out)
@@ -181,6 +186,8 @@ class Exporter:
         self.num_validation, self.num_calibration = num_validation, num_calibration
         self.latency_runs, self.thresholds = latency_runs, thresholds
         self.overwrite, self.verbose = overwrite, verbose
+        self.max_num_patches = max_num_patches
+        self.budget = None  # naflex_budget of the model, once resolved
 
     def say(self, message):
         if self.verbose:
@@ -197,6 +204,7 @@ class Exporter:
         staging, made = install_lib.make_staging(self.out)
         try:
             src = self.resolve(model_or_path, **source)
+            self.budget = naflex_budget(src.model, self.max_num_patches)
             formats, skipped = self.usable_formats(src.model)
             data = self.load_data(src.model, formats)
             self.announce(src, data)
@@ -264,9 +272,8 @@ class Exporter:
         """Validation and calibration images, drawn across classes (seeded,
         stratified), never "the first N files" (in a class-sorted folder, the first classes only)."""
         from keras_vit.export import data as data_lib
-        from keras_vit.export.serving import input_size
 
-        *size, channels = input_size(model)
+        *size, channels = self.validation_size(model)
         size = tuple(size)
         try:
             if self.validation_data is None:
@@ -279,6 +286,19 @@ class Exporter:
         except _BAD_INPUT as error:
             _as_export_error(error)
         return data
+
+    def validation_size(self, model):
+        """(height, width, channels) the artifacts are validated at: the model's input
+        (serving.input_size), brought within the patch budget for a NaFlex model given one:
+        serving_bytes reads an image of that size at that size, so both signatures see the
+        pixels Keras saw (the table's own budget leaves image_size as it is)."""
+        from keras_vit.export.serving import input_size
+        from keras_vit.model.naflex import naflex_size
+
+        height, width, channels = input_size(model)
+        if self.max_num_patches is not None and self.budget is not None:
+            height, width = naflex_size(height, width, model.config.total_stride, self.budget)
+        return height, width, channels
 
     def _calibration(self, data: _Data, size, channels) -> None:
         from keras_vit.export import data as data_lib
@@ -301,7 +321,7 @@ class Exporter:
         from keras_vit.export.serving import input_size, is_dynamic
 
         model = src.model
-        height, width, channels = input_size(model)
+        height, width, channels = self.validation_size(model)
         any_size = " (SavedModel and ONNX take any size, TFLite any size at batch 1)" if is_dynamic(model) else ""
         calibration = ""
         if data.calibration is not None:
@@ -361,7 +381,7 @@ class Exporter:
         try:
             os.makedirs(os.path.dirname(artifact), exist_ok=True)
             job = Build(src.model, src.labels, artifact, scratch, self.top_k, data.calibration,
-                        data.calibration_reference, limits)
+                        data.calibration_reference, limits, max_num_patches=self.max_num_patches)
             with _console.quiet_conversion():  # the converters' chatter, not their errors
                 notes = fmt.build(job)
             self.say(f"{fmt.name}: validating in a fresh process")
@@ -424,7 +444,8 @@ class Exporter:
             "model": {"name": src.name, "source": src.description, "parameters": int(model.count_params()),
                       "input_shape": list(input_size(model)), "dynamic_image_size": is_dynamic(model),
                       "num_classes": len(src.labels),
-                      "saved_model_version": version if "saved_model" in names else None},
+                      "saved_model_version": version if "saved_model" in names else None,
+                      **({} if self.budget is None else {"max_num_patches": self.budget})},
             "validation": {"num_images": len(validation), "num_classes": data_lib.num_classes_in(validation),
                            "source": validation.source, "labels": validation.labels is not None,
                            "sampling": f"stratified across classes, seed {data_lib.SAMPLE_SEED}",
@@ -438,6 +459,15 @@ class Exporter:
             "out": self.out,
             "report_path": os.path.join(self.out, REPORT_FILE) if install else None,
         }
+
+
+def naflex_budget(model, max_num_patches=None) -> Optional[int]:
+    """The patch budget serving_bytes reads a NaFlex model's images within (the report's
+    model.max_num_patches); None for any other model, which `max_num_patches` must then leave out."""
+    from keras_vit.model.naflex import is_naflex, patch_budget
+
+    budget = patch_budget(model, max_num_patches)  # refuses a budget that does not apply
+    return budget if is_naflex(model) else None
 
 
 def _as_export_error(error):

@@ -39,15 +39,16 @@ def check(model):
                          f"{model.name} takes {channels}.")
 
 
-def write(model, labels, path, top_k=5):
-    """Writes the SavedModel directory `path` (which must not exist)."""
-    import keras
+def write(model, labels, path, top_k=5, max_num_patches=None):
+    """Writes the SavedModel directory `path` (which must not exist); `max_num_patches`: a NaFlex
+    model's patch budget in serving_bytes (keras_vit.model.naflex.patch_budget; None: the table's)."""
     import tensorflow as tf
 
+    from keras_vit.export import archive
     from keras_vit.export import image_bytes as bytes_lib
     from keras_vit.export import serving
 
-    from keras_vit.model.naflex import is_naflex, max_patches
+    from keras_vit.model.naflex import is_naflex, patch_budget
 
     check(model)
     naflex = is_naflex(model)
@@ -90,25 +91,26 @@ def write(model, labels, path, top_k=5):
         return classify(images)
 
     def classify_naflex(encoded):
-        image = bytes_lib.load_image_naflex(encoded, model.config.total_stride, max_patches(model), channels)
+        image = bytes_lib.load_image_naflex(encoded, model.config.total_stride, patch_budget(model, max_num_patches),
+                                             channels)
         return serving.probabilities(model, image[None])[0]
 
-    archive = keras.export.ExportArchive()
-    archive.track(model)
-    archive.track(table)
-    archive.add_endpoint("serving_default", classify, input_signature=[
-        tf.TensorSpec((None, *served, channels), tf.float32, name="images")])
-    archive.add_endpoint("serving_bytes", classify_bytes, input_signature=[
-        tf.TensorSpec((None,), tf.string, name="image_bytes")])
-    try:
-        archive.write_out(path, verbose=False)
+    endpoints = {
+        "serving_default": (classify, [tf.TensorSpec((None, *served, channels), tf.float32, name="images")]),
+        "serving_bytes": (classify_bytes, [tf.TensorSpec((None,), tf.string, name="image_bytes")]),
+    }
+    try:  # each weight once (keras_vit.export.archive: Keras' ExportArchive stores it twice)
+        archive.write(path, endpoints, resources=[table])
     finally:
         shutil.rmtree(labels_dir)
 
 
 def _build(job: Build):
-    write(job.model, job.labels, job.path, top_k=job.top_k)
-    return {"signatures": list(SIGNATURES), "top_k": min(job.top_k, len(job.labels))}
+    write(job.model, job.labels, job.path, top_k=job.top_k, max_num_patches=job.max_num_patches)
+    notes = {"signatures": list(SIGNATURES), "top_k": min(job.top_k, len(job.labels))}
+    if job.max_num_patches is not None:  # serving_bytes' NaFlex budget, when not the table's
+        notes["max_num_patches"] = job.max_num_patches
+    return notes
 
 
 def _labels_served(outputs, class_names):

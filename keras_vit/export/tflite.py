@@ -58,23 +58,19 @@ def write_source(model, path):
     """The SavedModel the converter reads: batch 1, pixels in, probabilities out;
     any height and width for a dynamic model (the LiteRT interpreter is then
     resized to each input with resize_tensor_input)."""
-    import keras
     import tensorflow as tf
 
-    from keras_vit.export import serving
+    from keras_vit.export import archive, serving
     from keras_vit.model.quantization import dequantized
 
     model = dequantized(model)  # a quantised model's weights as floats, which `convert` stores as int8
     height, width, channels = serving.input_size(model)
     if serving.is_dynamic(model):
         height = width = None
-    archive = keras.export.ExportArchive()
-    archive.track(model)
-    archive.add_endpoint(
-        "serving_default",
+    # Each weight once (keras_vit.export.archive): the converter loads all the SavedModel holds.
+    archive.write(path, {"serving_default": (
         lambda images: {"probabilities": serving.probabilities(model, images)},
-        input_signature=[tf.TensorSpec((1, height, width, channels), tf.float32, name="images")])
-    archive.write_out(path, verbose=False)
+        [tf.TensorSpec((1, height, width, channels), tf.float32, name="images")])})
 
 
 def convert(source_dir, kind, calibration=None, reference=None, max_accuracy_drop=0.01,

@@ -30,6 +30,16 @@ def add_arguments(parser):
     parser.add_argument("--json", action="store_true", help="print one JSON object per image instead of a table")
     parser.add_argument("--no-progress", action="store_true", help="never show the progress bar")
     add_size_arguments(parser)
+    add_budget_argument(parser)
+
+
+def add_budget_argument(parser):
+    """--max-num-patches (predict and evaluate): a NaFlex model's patch budget per image."""
+    parser.add_argument("--max-num-patches", type=positive_int,
+                        help="NaFlex (SigLIP2) models: each image is read at its own aspect ratio within this many "
+                             "patches, as transformers' Siglip2ImageProcessor(max_num_patches=N) (256 to 1024 in "
+                             "use; default: the position table's, e.g. 256); the table is resized to each "
+                             "image's grid, no rebuild")
 
 
 def add_size_arguments(parser):
@@ -58,6 +68,7 @@ def run(args):
     predictions, failures = predict_files(
         source.model, args.images, top_k=args.top, labels=source.labels, batch_size=args.batch_size,
         recursive=args.recursive, progress=False if args.no_progress else None, image_size=size,
+        max_num_patches=args.max_num_patches,
     )
     failures = folders_without_images(args.images, args.recursive) + failures
     if not predictions:

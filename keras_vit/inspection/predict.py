@@ -74,7 +74,7 @@ class Prediction:
 
 
 def predict_files(model, paths, top_k=5, labels=None, batch_size=32, recursive=False, progress=None,
-                  image_size=None):
+                  image_size=None, max_num_patches=None):
     """Top-k predictions for image files and folders.
 
     Args:
@@ -88,12 +88,16 @@ def predict_files(model, paths, top_k=5, labels=None, batch_size=32, recursive=F
         image_size: (height, width) or a side to resize images to; None: the
             model's. Another size needs a model that takes it
             (dynamic_image_size=True).
+        max_num_patches: a NaFlex (SigLIP2) model's patch budget, each image
+            read at its own aspect ratio within it (transformers'
+            Siglip2ImageProcessor(max_num_patches=...)); None: the table's.
 
     Returns:
         (predictions, failures): a `Prediction` per readable image in input
         order, and (path, reason) for every file that could not be read.
     """
     check_classifies(model)
+    own_sizes = naflex_sizing(model, image_size, max_num_patches)
     files = find_images(paths, recursive=recursive)
     size = model.image_size if image_size is None else (
         (image_size, image_size) if isinstance(image_size, int) else tuple(image_size))
@@ -107,17 +111,17 @@ def predict_files(model, paths, top_k=5, labels=None, batch_size=32, recursive=F
         from tqdm import tqdm
 
         bar = tqdm(total=len(files), unit="img", file=sys.stderr, desc="predict")
-    from keras_vit.model.naflex import is_naflex, outputs_naflex, size_rule
+    from keras_vit.model.naflex import outputs_naflex, size_rule
 
     predictions, failures = [], []
-    own_sizes = image_size is None and is_naflex(model)  # NaFlex: each image at its own grid
     for start in range(0, len(files), batch_size):
         chunk = files[start:start + batch_size]
-        pixels, read, failed = load_images(chunk, size_rule(model) if own_sizes else size, model.num_channels)
+        read_at = size_rule(model, max_num_patches) if own_sizes else size
+        pixels, read, failed = load_images(chunk, read_at, model.num_channels)
         failures.extend(failed)
         if read:
-            probabilities = (to_probabilities(model, outputs_naflex(model, pixels, batch_size)) if own_sizes
-                             else predict_probabilities(model, pixels, batch_size=batch_size))
+            probabilities = (to_probabilities(model, outputs_naflex(model, pixels, batch_size, max_num_patches))
+                             if own_sizes else predict_probabilities(model, pixels, batch_size=batch_size))
             for path, p in zip(read, probabilities):
                 best = np.argsort(-p, kind="stable")[:top_k]
                 predictions.append(Prediction(
@@ -131,6 +135,19 @@ def predict_files(model, paths, top_k=5, labels=None, batch_size=32, recursive=F
     if bar is not None:
         bar.close()
     return predictions, failures
+
+
+def naflex_sizing(model, image_size=None, max_num_patches=None) -> bool:
+    """Whether images are read each at its own NaFlex size (a NaFlex model, no `image_size`);
+    refuses, in one line, a patch budget that would not apply (keras_vit.model.naflex.patch_budget)."""
+    from keras_vit.model.naflex import is_naflex, patch_budget
+
+    if max_num_patches is not None and image_size is not None:
+        raise UserError(f"{_console.either('--max-num-patches', 'max_num_patches')} and "
+                        f"{_console.either('--image-size', 'image_size')} both size the images: give one "
+                        f"(the budget keeps each image's aspect ratio, the size squashes it).")
+    patch_budget(model, max_num_patches)  # the budget's own checks
+    return image_size is None and is_naflex(model)
 
 
 def folders_without_images(paths, recursive=False):

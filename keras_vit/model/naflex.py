@@ -6,7 +6,8 @@ here from their definitions):
 - **size** (`naflex_size`): an image of h x w pixels is resized to the largest
   scale s (found by bisection to 1e-5) at which ceil(h s / p) * ceil(w s / p)
   patches fit in `max_patches`, each side rounded up to whole patches and at
-  least one patch;
+  least one patch. The budget is the processor's `max_num_patches`
+  (`patch_budget`: by default the table's G x G, any other without a rebuild);
 - **positions**: the learned G x G table is resized to each image's own grid by
   torch's antialiased bilinear (position_interpolation="bilinear_antialias");
   a model built with dynamic_image_size=True does this for the grid of
@@ -25,6 +26,7 @@ import numpy as np
 from keras import ops
 
 from keras_vit.errors import UserError
+from keras_vit.utils.console import either
 from keras_vit.layers.interpolation import triangle_weights
 
 # The bisection of transformers' get_image_size_for_max_num_patches: its bounds and tolerance.
@@ -81,9 +83,36 @@ def is_naflex(model) -> bool:
 
 
 def max_patches(model) -> int:
-    """The most patches a NaFlex model takes per image: its table's (the checkpoint's num_patches)."""
+    """The most patches a NaFlex model takes per image by default: its table's (the checkpoint's num_patches)."""
     rows, cols = model.grid_size
     return rows * cols
+
+
+def patch_budget(model, max_num_patches=None) -> int:
+    """The most patches each image is read at: `max_num_patches` (transformers' processor
+    setting, Siglip2ImageProcessor(max_num_patches=...): 256 to 1024 in use), or by default
+    the table's (`max_patches`). The table itself is never rebuilt: each image's grid resizes
+    it once, from its own size (positions_per_image, the model's dynamic position embedding),
+    as transformers does, so one checkpoint serves any budget."""
+    if max_num_patches is None:
+        return max_patches(model)
+    flag = either("--max-num-patches", "max_num_patches")
+    if not is_naflex(model):
+        raise UserError(f"{flag} sizes the images of a NaFlex (SigLIP2) model, and {model.name} reads every image "
+                        f"at its image_size {tuple(model.image_size)}: leave {flag} out.")
+    if not _is_count(max_num_patches):
+        raise UserError(f"{flag} is a count of patches, got {max_num_patches!r}: give a positive whole number "
+                        f"(256 to 1024 for the published SigLIP2 towers), or leave it out for the table's "
+                        f"{max_patches(model)}.")
+    return int(max_num_patches)
+
+
+def _is_count(value) -> bool:
+    """Whether `value` is a whole number of at least 1 (an int, or a float such as 1024.0; not a bool)."""
+    try:
+        return not isinstance(value, (bool, str)) and value >= 1 and int(value) == value
+    except (TypeError, ValueError):
+        return False
 
 
 def pad_batch(images: Sequence[np.ndarray], patch_size: int) -> Tuple[np.ndarray, np.ndarray]:
@@ -192,19 +221,21 @@ def call_padded(model, images, grids, training=False):
 
 
 
-def size_rule(model):
-    """(height, width) -> the NaFlex size of such an image for `model`: the size function that
-    keras_vit.images.load_images and fit_pixels take."""
-    stride, most = model.config.total_stride, max_patches(model)
+def size_rule(model, max_num_patches=None):
+    """(height, width) -> the NaFlex size of such an image for `model` within `max_num_patches`
+    (None: the table's, `patch_budget`): the size function that keras_vit.images.load_images
+    and fit_pixels take."""
+    stride, most = model.config.total_stride, patch_budget(model, max_num_patches)
     return lambda height, width: naflex_size(height, width, stride, most)
 
 
-def naflex_pixels(pixels: np.ndarray, model) -> np.ndarray:
-    """One decoded image (H, W, C) 0..255 at its NaFlex size for `model`, as `keras-vit predict`
-    reads a file (keras_vit.images.fit_pixels: bilinear, antialiased, whole pixels): uint8."""
+def naflex_pixels(pixels: np.ndarray, model, max_num_patches=None) -> np.ndarray:
+    """One decoded image (H, W, C) 0..255 at its NaFlex size for `model` within `max_num_patches`
+    patches (None: the table's), as `keras-vit predict` reads a file (keras_vit.images.fit_pixels:
+    bilinear, antialiased, whole pixels): uint8."""
     from keras_vit.images import fit_pixels
 
-    return fit_pixels(pixels, size_rule(model), model.num_channels)
+    return fit_pixels(pixels, size_rule(model, max_num_patches), model.num_channels)
 
 
 def batches_by_shape(grids: Sequence[Tuple[int, int]], most_tokens: int, batch_size: int) -> List[List[int]]:
@@ -223,16 +254,19 @@ def batches_by_shape(grids: Sequence[Tuple[int, int]], most_tokens: int, batch_s
     return batches
 
 
-def outputs_naflex(model, pixels: Sequence[np.ndarray], batch_size: int = 32) -> np.ndarray:
-    """The model's outputs for images 0..255 of any sizes (each (h, w, C) at its NaFlex size),
-    run in padded batches of like shapes (`batches_by_shape`: at most twice the model's patch
-    budget per image), in the images' order: (B, ...) as numpy."""
+def outputs_naflex(model, pixels: Sequence[np.ndarray], batch_size: int = 32, max_num_patches=None) -> np.ndarray:
+    """The model's outputs for images 0..255 of any sizes (each (h, w, C) at its NaFlex size,
+    `naflex_pixels` with the same `max_num_patches`), run in padded batches of like shapes
+    (`batches_by_shape`: at most twice the patch budget per image), in the images' order:
+    (B, ...) as numpy."""
     from keras_vit.images import model_inputs
 
     stride = model.config.total_stride
     grids = [(image.shape[0] // stride, image.shape[1] // stride) for image in pixels]
     outputs = [None] * len(pixels)
-    for indices in batches_by_shape(grids, 2 * max_patches(model), batch_size):
+    # The budget bounds only how images share a batch: each image's own grid sets its positions.
+    most_tokens = 2 * max(patch_budget(model, max_num_patches), max((r * c for r, c in grids), default=1))
+    for indices in batches_by_shape(grids, most_tokens, batch_size):
         chunk = [np.asarray(model_inputs(model, pixels[i][None]))[0] for i in indices]
         batch, batch_grids = pad_batch(chunk, stride)
         for i, row in zip(indices, np.asarray(call_padded(model, batch, batch_grids), np.float32)):

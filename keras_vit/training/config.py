@@ -24,7 +24,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Optional, Tuple, Union
 
-from keras_vit.config import CLASSIFIERS, DEFAULT_LORA_TARGETS, POSITION_EMBEDDINGS, ViTConfig, lora_targets
+from keras_vit.config import (CLASSIFIERS, DEFAULT_LORA_TARGETS, POSITION_EMBEDDINGS, ViTConfig, lora_alpha_value,
+                               lora_targets)
 from keras_vit.errors import UserError
 from keras_vit.variants import get_variant
 
@@ -469,6 +470,8 @@ class TrainConfig:
             object.__setattr__(self, "model", ViTConfig.from_dict(self.model))
         object.__setattr__(self, "fewshot_shots", tuple(int(s) for s in self.fewshot_shots))
         object.__setattr__(self, "lora_targets", lora_targets(self.lora_targets))
+        if self.lora_alpha is not None:  # refused here, before the weights load (ViTConfig refuses it too)
+            object.__setattr__(self, "lora_alpha", lora_alpha_value(self.lora_alpha))
         if self.position_embedding is not None:
             _check_choice("position_embedding", self.position_embedding, POSITION_EMBEDDINGS)
         if self.classifier is not None:
