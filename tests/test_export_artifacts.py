@@ -185,7 +185,7 @@ def test_failed_export_leaves_previous_artifacts_intact(exported, trained, digit
     before = snapshot()
 
     # The SavedModel writer dies half-way; the TFLite model misses an impossible threshold.
-    def half_written(model, labels, path, top_k=5):
+    def half_written(model, labels, path, top_k=5, **settings):
         os.makedirs(os.path.join(path, "variables"))
         open(os.path.join(path, "saved_model.pb"), "wb").write(b"partial")
         raise OSError("disk full (simulated)")

@@ -5,6 +5,7 @@ transformers 4.x's module names (query/value) as well as 5.x's (q_proj/v_proj); 
 
 import json
 import re
+import shutil
 
 import numpy as np
 import peft
@@ -217,6 +218,21 @@ def test_the_reader_loads_the_base_at_the_adapter_s_revision(vit_adapter, tmp_pa
                                                   revision="v2.0")))
     assert asked == [("org/vit", "v2.0")]
     np.testing.assert_allclose(model(IMAGES), _logits(vit_adapter[0]), atol=1e-4, rtol=1e-4)
+
+
+def test_a_relative_base_is_found_beside_the_adapter_from_another_directory(vit_adapter, tmp_path, monkeypatch):
+    """peft records the base as it was typed ("vit-base"); the project folder holding both, read from
+    elsewhere, still finds it."""
+    base = json.loads((vit_adapter[1] / "adapter_config.json").read_text())["base_model_name_or_path"]
+    project = tmp_path / "project"
+    shutil.copytree(base, project / "vit-base")
+    shutil.copytree(vit_adapter[1], project / "vit-lora")
+    settings = json.loads((project / "vit-lora" / "adapter_config.json").read_text())
+    (project / "vit-lora" / "adapter_config.json").write_text(json.dumps({**settings,
+                                                                          "base_model_name_or_path": "vit-base"}))
+    monkeypatch.chdir(tmp_path)
+    np.testing.assert_allclose(keras_vit.from_pretrained("project/vit-lora")(IMAGES), _logits(vit_adapter[0]),
+                               atol=1e-4, rtol=1e-4)
 
 
 def test_the_names_table_covers_every_family_read_and_written():

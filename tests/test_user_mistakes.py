@@ -115,7 +115,7 @@ MISTAKES = {
                               "DATA T/nothere does not exist: give a folder of class sub-folders, 'mnist'"),
     "lora without a model": (
         lambda t: ["train", "--lora-rank", "4", "--dataset", "mnist5k", "--workdir", f"{t}/w"],
-        "Name a model (--model B/16, for example), unless --weights is a .keras file or a workdir"),
+        "Name a model (--model B/16, for example), or give --weights that carry their own architecture"),
     "lora alpha of zero": (lambda t: [*TRAIN_2, "--lora-rank", "2", "--lora-alpha", "0", "--workdir", f"{t}/w"],
                            "--lora-alpha must be positive, got 0.0: give a positive number (the updates' scale is "
                            "alpha / rank), or leave it out to use the rank"),

@@ -440,6 +440,51 @@ def test_a_holder_whose_lock_was_taken_over_warns_once_and_stops_renewing(tmp_pa
     assert locks.read(str(workdir)) == other  # the other run's, left alone
 
 
+def test_a_take_over_is_warned_of_after_a_storage_error_was(tmp_path, monkeypatch, capsys):
+    """Storage errors longer than the lease are the likely way to lose a lock: the take-over that
+    follows them is said too, each warning once."""
+    monkeypatch.setenv(locks.LEASE_ENV, "0.45")
+    failures, utime = [], os.utime
+
+    def failing(path, *args, **kwargs):
+        failures.append(path)
+        raise OSError(errno.EIO, "Input/output error")
+
+    workdir = tmp_path / "run"
+    owner = locks.acquire(str(workdir))
+    renewer = locks._renewers[owner["token"]]
+    monkeypatch.setattr(os, "utime", failing)
+    deadline = time.monotonic() + 5
+    while len(failures) < 2 and time.monotonic() < deadline:
+        time.sleep(0.02)
+    monkeypatch.setattr(os, "utime", utime)
+    _other_namespace(workdir, lease=90, renewed_s_ago=0)
+    renewer.join(timeout=5)
+    err = capsys.readouterr().err
+    assert err.count("cannot renew the lock") == 1 and err.count("was taken over by pid 1") == 1, err
+    locks.release(str(workdir), owner)
+
+
+@needs_proc
+def test_a_leased_lock_of_another_boot_is_judged_by_its_lease(tmp_path):
+    """Another boot id under this host's name and pid namespace may be another machine of the same
+    name on shared storage (localhost, cloned VMs), its run alive: its lease decides; a lock
+    without a lease (an older keras-vit's) is of a boot whose processes are gone."""
+    if not locks._boot_id():
+        pytest.skip("no boot id in /proc here")
+    other = {**locks.this_process(), "boot_id": "another-boot", "lease_s": 90}
+    assert not locks.is_stale(other, renewed_s_ago=1)
+    assert locks.is_stale(other, renewed_s_ago=91)
+    assert not locks.is_stale(other)  # its age unknown
+    assert locks.is_stale({k: v for k, v in other.items() if k != "lease_s"})
+
+
+def test_a_lease_that_is_not_a_finite_number_is_the_default(monkeypatch):
+    for value in ("inf", "nan", "0", "-3", "soon"):
+        monkeypatch.setenv(locks.LEASE_ENV, value)
+        assert locks.lease_s() == locks.LEASE_S
+
+
 @needs_unshare
 @pytest.mark.slow
 def test_keras_vit_train_killed_in_one_container_resumes_in_the_next(tmp_path):
@@ -527,3 +572,52 @@ def test_writer_role_agrees_with_the_trainers_chief_rule(cluster, task, monkeypa
     chief = strategies.is_chief(FakeMultiWorker(resolver))
     assert locks.writer_role("multi_worker", {"TF_CONFIG": tf_config}) is chief
     assert locks.writer_role("auto", {"TF_CONFIG": tf_config}) is chief
+
+
+def test_object_storage_gets_the_lease_too(monkeypatch):
+    """gs://-style storage (ram:// here, its objects stamped with their write time as an object store
+    stamps them): a lapsed lease of another container is taken over, and a held lock is renewed by
+    rewriting it."""
+    import secrets
+
+    from keras_vit.utils import storage
+
+    stamps, write_bytes = {}, storage.write_bytes
+
+    def stamped(path, data):
+        write_bytes(path, data)
+        stamps[os.fspath(path)] = time.time()
+
+    monkeypatch.setattr(storage, "write_bytes", stamped)
+    monkeypatch.setattr(storage, "getmtime", lambda path: stamps.get(os.fspath(path), 0.0))
+    monkeypatch.setenv(locks.LEASE_ENV, "0.45")
+    workdir = f"ram://locks-{secrets.token_hex(4)}/run"
+    path = locks.lock_path(workdir)
+    storage.makedirs(workdir)
+    theirs = {**locks.this_process(), "pid": 1, "pid_ns": (locks._pid_namespace() or 0) + 1, "lease_s": 5,
+              "token": "their-token"}
+    storage.write_text(path, json.dumps(theirs))
+    stamps[path] -= 60  # renewed a minute ago
+    with locks.held(workdir):
+        ours = locks.read(workdir)
+        assert ours["pid"] == os.getpid() and ours["token"] != "their-token"
+        taken, deadline = stamps[path], time.monotonic() + 5
+        while stamps[path] == taken and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert stamps[path] > taken and locks.read(workdir) == ours  # rewritten, unchanged
+    assert locks.read(workdir) is None
+
+
+def test_a_lock_put_back_without_hard_links_never_replaces_one_made_in_the_gap(tmp_path, monkeypatch):
+    def no_links(*args):
+        raise OSError(errno.EPERM, "Operation not permitted")
+
+    monkeypatch.setattr(os, "link", no_links)
+    aside, path = tmp_path / "lock.aside", tmp_path / "lock"
+    aside.write_text("judged")
+    locks._put_back(str(aside), str(path))  # nothing in the way: moved back
+    assert path.read_text() == "judged" and not aside.exists()
+    path.write_text("a new run's")
+    aside.write_text("judged")
+    locks._put_back(str(aside), str(path))  # a lock made meanwhile keeps its place
+    assert path.read_text() == "a new run's" and not aside.exists()

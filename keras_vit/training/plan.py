@@ -230,8 +230,9 @@ def _base_model_config(config, initial) -> ViTConfig:
     """The variant named by --model, or the architecture of the weights (which must agree)."""
     if config.model is None:
         if initial is None or initial.source_config is None:
-            raise UserError(f"Name a model ({arg('model', 'B/16')}, for example), unless "
-                            f"{_console.either('--weights', 'weights')} is a .keras file or a workdir.")
+            raise UserError(f"Name a model ({arg('model', 'B/16')}, for example), or give "
+                            f"{_console.either('--weights', 'weights')} that carry their own architecture (a "
+                            f"checkpoint folder, hf:ORG/NAME, a .keras file, a workdir).")
         return initial.source_config
     base = get_variant(config.model)
     source = initial.source_config if initial is not None else None

@@ -18,10 +18,14 @@ pid reused since).
   younger than FRESH_S counts as being written). It is deleted when the run
   ends, however it ends (a finished run, an exception, Ctrl-C, SIGTERM).
 - A lock of this host and pid namespace is judged exactly (is_stale): its
-  owner is gone after another boot, with no such pid, or when the pid now
+  owner is gone with no such pid, or when the pid now
   belongs to a process started at another time (reused after a reboot or a
   restart, or this very process). So a run killed with kill -9 is taken over
-  at once by the next one.
+  at once by the next one. A lock of another boot id under this host's name
+  is judged by its lease, as another host's: it may be another machine of the
+  same name sharing the storage (localhost, cloned VMs; the initial pid
+  namespace looks alike on every host); an older lock without a lease is of a
+  boot whose processes are gone.
 - The lease: while it holds the lock, a daemon thread renews it every
   lease/RENEWALS seconds (10 s of LEASE_S = 90 s; KERAS_VIT_LOCK_LEASE_S sets
   another lease): it touches the file, which moves its mtime. An owner that
@@ -58,7 +62,8 @@ pid reused since).
   same instant could still both pass. The lease is renewed by rewriting the
   object and judged by the storage's modification times, as locally; a
   take-over checks again that the lock is the one judged before deleting
-  it. Storage that records no modification time (ram://) judges no lease:
+  it, but without a conditional write two takers of one stale lock, or a
+  renewal stalled past its lease, can still overwrite each other there. Storage that records no modification time (ram://) judges no lease:
   an owner that cannot be asked from here is refused.
 - A multi-worker run is one writer: only the chief (the task that writes
   checkpoints and results) takes the lock; the other workers only read.
@@ -176,12 +181,15 @@ def is_stale(owner: dict, renewed_s_ago: Optional[float] = None) -> bool:
     either it cannot be told, and is not stale."""
     if not owner.get("pid") or not owner.get("host"):
         return True  # unreadable: see _verdict for one being written
-    if not _askable(owner):
-        lease = _lease_of(owner)
+    lease, boot_id = _lease_of(owner), _boot_id()
+    other_boot = bool(owner.get("boot_id") and boot_id and owner["boot_id"] != boot_id)
+    # Another boot id under this host name and pid namespace is this host rebooted, or another
+    # machine of the same name (localhost, cloned VMs: the initial pid namespace is alike on
+    # every host) sharing the storage, whose run may be alive: a lock with a lease is judged by it.
+    if not _askable(owner) or (other_boot and lease is not None):
         return lease is not None and renewed_s_ago is not None and renewed_s_ago > lease
-    boot_id = _boot_id()
-    if owner.get("boot_id") and boot_id and owner["boot_id"] != boot_id:
-        return True  # rebooted since: every process of then is gone, whatever reuses its pid
+    if other_boot:
+        return True  # an older lock without a lease, rebooted since: every process of then is gone
     pid = int(owner["pid"])
     if pid == os.getpid():
         return owner.get("token") not in _held_tokens  # our pid, not our lock: a predecessor's
@@ -195,7 +203,7 @@ def lease_s() -> float:
     """The lease this process's locks get: KERAS_VIT_LOCK_LEASE_S when set to a positive number, else LEASE_S."""
     with contextlib.suppress(ValueError):
         value = float(os.environ.get(LEASE_ENV, ""))
-        if value > 0:
+        if 0 < value < float("inf"):
             return value
     return float(LEASE_S)
 
@@ -482,7 +490,7 @@ class _Renewer(threading.Thread):
         self.workdir, self.owner = workdir, owner
         self.every = _lease_of(owner) / RENEWALS
         self.stopped = threading.Event()
-        self.warned = False
+        self.warned = set()  # each kind of warning once: a storage error must not silence a take-over
 
     def run(self) -> None:
         while not self.stopped.wait(self.every):
@@ -490,7 +498,8 @@ class _Renewer(threading.Thread):
                 if not self.renew():
                     return
             except Exception as error:  # noqa: BLE001 - the run goes on; the next renewal may work
-                self.warn(f"cannot renew the lock of {self.workdir} ({getattr(error, 'strerror', None) or error}); "
+                why = getattr(error, "strerror", None) or error
+                self.warn("error", f"cannot renew the lock of {self.workdir} ({why}); "
                           f"trying again every {_s(self.every)}: after {_s(_lease_of(self.owner))} of this a run "
                           f"of another container or host may take the workdir over.")
 
@@ -499,9 +508,11 @@ class _Renewer(threading.Thread):
         path = lock_path(self.workdir)
         current = json.loads(storage.read_text(path))  # gone, unreadable, damaged: warned of, tried again
         if current.get("token") != self.owner["token"]:
-            self.warn(f"the lock of {self.workdir} was taken over by pid {current.get('pid', '?')} "
+            self.warn("taken", f"the lock of {self.workdir} was taken over by pid {current.get('pid', '?')} "
                       f"{_where(current)} (this run was not heard from for its {_s(_lease_of(self.owner))} lease): "
                       f"two runs now write there; stop one.")
+            return False
+        if self.stopped.is_set():  # released meanwhile: a rewrite would bring the lock back
             return False
         if storage.is_remote(path):
             storage.write_text(path, json.dumps(current))  # an object's mtime moves only when it is rewritten
@@ -509,9 +520,9 @@ class _Renewer(threading.Thread):
             os.utime(path)  # now, by the storage's clock (NFS: the server's)
         return True
 
-    def warn(self, message: str) -> None:
-        if not self.warned and not self.stopped.is_set():
-            self.warned = True
+    def warn(self, kind: str, message: str) -> None:
+        if kind not in self.warned and not self.stopped.is_set():
+            self.warned.add(kind)
             _console.warn(message)
 
     def stop(self) -> None:

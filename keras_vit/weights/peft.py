@@ -102,16 +102,19 @@ _CHANGES_BASE = ("pissa", "olora", "corda", "loftq", "lora_ga")
 
 
 def _base_directory(settings: dict, where: str, directory: str) -> str:
-    """The base's folder: a path as peft wrote it (or beside the adapter, for a relative one moved
-    with it), else a Hub name at the adapter's revision."""
+    """The base's folder: a path as peft wrote it (a relative one from the working directory, else
+    from the adapter's folder or the folder holding it: the two moved together), else a Hub name
+    at the adapter's revision."""
     name = settings.get("base_model_name_or_path")
     if not name:
         raise UserError(f"{where}: adapter_config.json names no base model (base_model_name_or_path): set it to "
                         f"the base's folder or Hub name, as peft writes it when the base came from from_pretrained.")
     if os.path.isdir(name):
         return name
-    if not os.path.isabs(name) and os.path.isdir(os.path.join(directory, name)):
-        return os.path.join(directory, name)
+    if not os.path.isabs(name):
+        for beside in (directory, os.path.dirname(os.path.abspath(directory))):
+            if os.path.isdir(os.path.join(beside, name)):
+                return os.path.join(beside, name)
     if os.path.isabs(name) or name.startswith((".", "~")) or name.count("/") != 1:
         raise UserError(f"{where}: its base model {name!r} does not exist: put the base's folder there, or set "
                         f"base_model_name_or_path in adapter_config.json to where it is.")
