@@ -119,12 +119,18 @@ BARE_BASES = {
                "SiglipForImageClassification", ["q_proj", "v_proj", "out_proj"]),
     "clip": (lambda: transformers.CLIPModel(transformers.CLIPConfig(vision_config=SMALL, text_config=TEXT)),
              "CLIPForImageClassification", ["q_proj", "k_proj", "fc1"]),
+    "deit": (lambda: transformers.DeiTModel(transformers.DeiTConfig(**SMALL)), "DeiTForImageClassification",
+             ["q_proj", "o_proj"]),
+    "dinov2_registers": (lambda: transformers.Dinov2WithRegistersModel(transformers.Dinov2WithRegistersConfig(
+        **SMALL, num_register_tokens=2)), "Dinov2WithRegistersForImageClassification", ["q_proj", "fc1"]),
+    "metaclip_2": (lambda: transformers.MetaClip2Model(transformers.MetaClip2Config(
+        vision_config=SMALL, text_config=dict(TEXT, bos_token_id=0, eos_token_id=2))),
+        "MetaClip2ForImageClassification", ["v_proj", "fc2"]),
 }
 
 
-def _bare_adapter(tmp_path, family, **lora):
-    """(the peft model, its adapter folder) of BARE_BASES[family], trained as people train it."""
-    make, task_class, targets = BARE_BASES[family]
+def _bare_adapter(tmp_path, make, task_class, targets, **lora):
+    """(the peft model, its adapter folder) of a bare base (BARE_BASES' entry), trained as people train it."""
     bare = make()
     perturb_torch(bare, seed=7)
     bare.save_pretrained(tmp_path / "base")
@@ -144,16 +150,33 @@ def _bare_adapter(tmp_path, family, **lora):
 def test_an_adapter_trained_on_a_bare_base_s_classifier_gives_peft_s_logits(family, tmp_path):
     """ViT (its pooler unused by the classifier), DINOv2 (class token beside the patch mean), SigLIP
     (the tokens' mean, not its pooling head) and CLIP (the patch tokens' mean before any norm)."""
-    adapted, folder = _bare_adapter(tmp_path, family)
+    adapted, folder = _bare_adapter(tmp_path, *BARE_BASES[family])
     saved = load_file(folder / "adapter_model.safetensors")
     assert "base_model.model.classifier.weight" in saved  # the shape people make: a classifier the base has not
-    assert any(re.match(r"base_model\.model\.(vit|dinov2|vision_model)\.", k) for k in saved)
+    prefixes = r"base_model\.model\.(vit|deit|dinov2|dinov2_with_registers|vision_model)\."
+    assert any(re.match(prefixes, k) for k in saved)
     model = keras_vit.from_pretrained(str(folder))
     assert model.num_classes == 5
     expected = _logits(adapted)
     np.testing.assert_allclose(model(IMAGES), expected, atol=1e-4, rtol=1e-4)
     with adapted.disable_adapter(), torch.no_grad():  # the updates count: the classifier alone differs
         assert np.abs(adapted(pixel_values=pixels(IMAGES)).logits.numpy() - expected).max() > 1e-2
+
+
+def test_an_adapter_trained_on_a_full_siglip2_s_classifier_gives_peft_s_logits(tmp_path):
+    """SigLIP2 (NaFlex): a full Siglip2Model loaded into Siglip2ForImageClassification, the patches
+    at each image's own grid."""
+    from tests.test_hf_families import images, naflex
+
+    config = transformers.Siglip2Config(vision_config=dict(hidden_size=48, num_hidden_layers=2, num_attention_heads=3,
+                                                           intermediate_size=80, patch_size=8, num_patches=16),
+                                        text_config=TEXT)
+    adapted, folder = _bare_adapter(tmp_path, lambda: transformers.Siglip2Model(config),
+                                    "Siglip2ForImageClassification", ["q_proj", "fc1"])
+    x = images(32)
+    with torch.no_grad():
+        expected = naflex(8, lambda hf, inputs: hf(**inputs).logits)(adapted, x).numpy()
+    np.testing.assert_allclose(keras_vit.from_pretrained(str(folder))(x), expected, atol=1e-4, rtol=1e-4)
 
 
 @pytest.mark.parametrize("init", ["pissa", "pissa_niter_2", "olora", "corda", "loftq", "lora_ga"])

@@ -404,22 +404,27 @@ def test_the_lease_is_renewed_while_held_by_a_daemon_that_stops_with_the_lock(tm
     assert {number: signal.getsignal(number) for number in handlers} == handlers
 
 
-def test_a_storage_error_while_renewing_is_warned_of_once_and_the_run_goes_on(tmp_path, monkeypatch, capsys):
-    monkeypatch.setenv(locks.LEASE_ENV, "0.45")
+def _failing_renewals(monkeypatch, count):
+    """Makes the next `count` renewals (os.utime) fail as a storage error, then heals it; how many failed."""
     failures, utime = [], os.utime
 
     def failing(path, *args, **kwargs):
         failures.append(path)
         raise OSError(errno.EIO, "Input/output error")
 
+    monkeypatch.setattr(os, "utime", failing)
+    deadline = time.monotonic() + 5
+    while len(failures) < count and time.monotonic() < deadline:
+        time.sleep(0.02)
+    monkeypatch.setattr(os, "utime", utime)
+    return len(failures)
+
+
+def test_a_storage_error_while_renewing_is_warned_of_once_and_the_run_goes_on(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv(locks.LEASE_ENV, "0.45")
     workdir = tmp_path / "run"
     with locks.held(str(workdir)):
-        monkeypatch.setattr(os, "utime", failing)
-        deadline = time.monotonic() + 5
-        while len(failures) < 3 and time.monotonic() < deadline:
-            time.sleep(0.02)
-        monkeypatch.setattr(os, "utime", utime)
-        assert len(failures) >= 3 and _renewers()  # still renewing
+        assert _failing_renewals(monkeypatch, 3) >= 3 and _renewers()  # still renewing
     err = capsys.readouterr().err
     assert err.count("keras-vit: warning: cannot renew the lock") == 1 and "Input/output error" in err, err
     assert len(err.splitlines()) == 1 and not workdir.exists()
@@ -444,20 +449,10 @@ def test_a_take_over_is_warned_of_after_a_storage_error_was(tmp_path, monkeypatc
     """Storage errors longer than the lease are the likely way to lose a lock: the take-over that
     follows them is said too, each warning once."""
     monkeypatch.setenv(locks.LEASE_ENV, "0.45")
-    failures, utime = [], os.utime
-
-    def failing(path, *args, **kwargs):
-        failures.append(path)
-        raise OSError(errno.EIO, "Input/output error")
-
     workdir = tmp_path / "run"
     owner = locks.acquire(str(workdir))
     renewer = locks._renewers[owner["token"]]
-    monkeypatch.setattr(os, "utime", failing)
-    deadline = time.monotonic() + 5
-    while len(failures) < 2 and time.monotonic() < deadline:
-        time.sleep(0.02)
-    monkeypatch.setattr(os, "utime", utime)
+    assert _failing_renewals(monkeypatch, 2) >= 2
     _other_namespace(workdir, lease=90, renewed_s_ago=0)
     renewer.join(timeout=5)
     err = capsys.readouterr().err
