@@ -140,6 +140,18 @@ def test_lora_without_weights_or_a_classifier_is_one_line_before_the_data(argv, 
     assert code == 2 and message in err and len(err.strip().splitlines()) == 1, err  # the folder is not read
 
 
+def test_an_injected_task_is_refused_lora_as_the_recipe_s_is(digits_run, tmp_path):
+    """train(config, task=MaskedPatchTask()) with lora_rank: the Task the run trains is checked,
+    not the one the config would make (a classifier), before the data is read."""
+    from keras_vit.training import TrainConfig, train
+    from keras_vit.training.tasks.masked_patch import MaskedPatchTask
+
+    config = TrainConfig.create("finetune", weights=str(digits_run), dataset=f"folder:{tmp_path / 'none'}",
+                                workdir=str(tmp_path / "r"), steps=2, lora_rank=4, progress=False)
+    with pytest.raises(UserError, match="lora_rank fine-tunes a classifier; the masked_patch task"):
+        train(config, task=MaskedPatchTask())
+
+
 @pytest.mark.slow
 def test_a_lora_run_changes_only_the_updates_and_the_head(digits_run, tmp_path, capsys):
     """From a finished run, under mixed_bfloat16 with --remat: every frozen weight of model.keras

@@ -126,7 +126,7 @@ def resolve(config: TrainConfig, source, initial=None, num_replicas: int = 1, nu
     (its resolved name; None: config.strategy as given) with `jit_compile`
     (keras_vit.training.steps.resolve_jit_compile for that strategy). Raises
     UserError, one line naming the fix, on a bad combination."""
-    model = model_config(config, initial)
+    model = model_config(config, initial, task)
     recipe = with_aug_level(config.recipe, model)
     train_size = source.sizes.get(source.train_split)
     global_batch = recipe.batch_size
@@ -155,12 +155,14 @@ def resolve(config: TrainConfig, source, initial=None, num_replicas: int = 1, nu
 
 # --- the model ---------------------------------------------------------------------------
 
-def model_config(config: TrainConfig, initial=None) -> ViTConfig:
+def model_config(config: TrainConfig, initial=None, task: Optional[str] = None) -> ViTConfig:
     """The ViTConfig to build: the variant (or the weights' own architecture)
     with the user's patch size, position embedding and classifier (each
     refused where it contradicts pre-trained weights), the recipe's classifier
     when training from scratch, and the recipe's representation layer and
-    regularisation."""
+    regularisation. `task`: the name of the Task the run trains (None: the one
+    the config asks for), which the LoRA refusal reads: an injected Task is
+    checked like any other."""
     base = _base_model_config(config, initial)
     for field in ("patch_size", "position_embedding", "classifier"):
         base = _chosen(base, field, getattr(config, field), initial)
@@ -172,13 +174,13 @@ def model_config(config: TrainConfig, initial=None) -> ViTConfig:
         representation = None
     if initial is None and config.classifier is None and recipe.classifier is not None:
         base = base.replace(classifier=recipe.classifier)  # the recipe's, from scratch only
-    _check_lora(config, initial)
+    _check_lora(config, initial, task)
     return base.replace(representation_size=representation, dropout_rate=recipe.dropout_rate,
                         stochastic_depth_rate=recipe.stochastic_depth_rate, patch_dropout=recipe.patch_dropout,
                         lora_rank=config.lora_rank, lora_alpha=config.lora_alpha, lora_targets=config.lora_targets)
 
 
-def _check_lora(config: TrainConfig, initial) -> None:
+def _check_lora(config: TrainConfig, initial, task: Optional[str] = None) -> None:
     """LoRA adapts pre-trained weights of a classifier: refused from scratch and for
     another task (the model's own checks refuse a rank that does not fit)."""
     flag = _console.either("--lora-rank", "lora_rank")
@@ -207,7 +209,7 @@ def _check_lora(config: TrainConfig, initial) -> None:
         raise UserError(f"{flag} adapts pre-trained weights, and this run has none: add "
                         f"{arg('weights', 'imagenet21k')} (or a checkpoint folder, a run), or train every weight "
                         f"without {flag}.")
-    task = make_task(config).name
+    task = task or make_task(config).name
     if task != "classification":
         raise UserError(f"{flag} fine-tunes a classifier; the {task} task trains the whole encoder: drop {flag}, "
                         f"or fine-tune the result of this run with it.")

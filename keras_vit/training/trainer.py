@@ -140,7 +140,7 @@ class Trainer:
         # what its pooling reads), so its peft adapter gives transformers the run's logits.
         self.initial = resolve_weights(config.weights, new_head=self.task.name == "classification")
         # The architecture's refusals (--patch-size against the weights, ...) before the data opens.
-        plan_lib.model_config(config, self.initial)
+        plan_lib.model_config(config, self.initial, self.task.name)
         shard = self._input_shard()
         self.source = data_lib.open_source(config, self.dataset, shard=shard)
         # From here on the run reads the plan and nothing else (its config holds the resolved recipe).
