@@ -93,19 +93,20 @@ def _head_classes(params: dict) -> Optional[int]:
     return None if kernel is None else int(kernel.shape[-1])
 
 
-def apply_weights(model, initial: InitialWeights) -> Optional[str]:
+def apply_weights(model, initial: InitialWeights, head_given: bool = False) -> Optional[str]:
     """Loads the initial weights into the run's model. A head the weights do
     not provide (dropped by `_encoder`, or of another class count) keeps the
     values the task built it with (the sigmoid loss's -log(classes) bias),
     where the loader would leave zeros. Returns a sentence saying that the
-    weights' head was dropped, when it was (None otherwise)."""
+    weights' head was dropped, when it was (None otherwise). head_given: the head comes from
+    elsewhere (an adapter file), so weights without one are not said to lack it."""
     vit = find_vit(model)  # the run's model may wrap it (masked patch prediction)
     heads = head_layers(vit)
     built = [[np.array(w) for w in layer.get_weights()] for layer in heads]
     if isinstance(initial.weights, ViT):
         _copy_quantized(vit, initial.weights)
     elif isinstance(initial.weights, Mapping):  # the head left out on purpose is not said to be missing
-        load_checkpoint(vit, initial.weights, new_head=initial.dropped_head is not None)
+        load_checkpoint(vit, initial.weights, new_head=head_given or initial.dropped_head is not None)
     else:
         load_weights(vit, initial.weights)
     for layer, values in zip(heads, built):
@@ -151,7 +152,7 @@ def load_adapter(path, weights: Optional[str] = None):
     initial = resolve_weights(weights or base, new_head=vit.include_top)
     if initial.source_config is not None and _pooling(initial.source_config) != _pooling(vit.config):
         initial = resolve_weights(weights or base)  # a run that read its base as it is (from before new_head)
-    apply_weights(vit, initial)
+    apply_weights(vit, initial, head_given=True)
     apply_adapter(vit, tensors)
     return merge_lora(vit)
 
