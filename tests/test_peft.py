@@ -163,6 +163,24 @@ def test_an_adapter_trained_on_a_bare_base_s_classifier_gives_peft_s_logits(fami
         assert np.abs(adapted(pixel_values=pixels(IMAGES)).logits.numpy() - expected).max() > 1e-2
 
 
+@pytest.mark.parametrize("family", ["vit", "dinov2", "clip"])
+def test_a_new_head_on_a_bare_base_is_its_family_s_classifier(family, tmp_path):
+    """from_pretrained(base, num_classes=K) builds what *ForImageClassification.from_pretrained(base,
+    num_labels=K) does (the heads given the same random values: a new one is zero in both)."""
+    make, task_class, _ = BARE_BASES[family]
+    bare = make()
+    perturb_torch(bare, seed=4)
+    bare.save_pretrained(tmp_path / "base")
+    hf = getattr(transformers, task_class).from_pretrained(tmp_path / "base", num_labels=3).eval()
+    model = keras_vit.from_pretrained(str(tmp_path / "base"), num_classes=3)
+    kernel = np.random.default_rng(0).normal(size=model.head.kernel.shape).astype("float32")
+    model.head.kernel.assign(kernel)
+    with torch.no_grad():
+        hf.classifier.weight.copy_(torch.from_numpy(kernel.T))
+        hf.classifier.bias.zero_()
+    np.testing.assert_allclose(model(IMAGES), _logits(hf), atol=1e-4, rtol=1e-4)
+
+
 def test_an_adapter_trained_on_a_full_siglip2_s_classifier_gives_peft_s_logits(tmp_path):
     """SigLIP2 (NaFlex): a full Siglip2Model loaded into Siglip2ForImageClassification, the patches
     at each image's own grid."""

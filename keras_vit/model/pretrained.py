@@ -26,7 +26,11 @@ def from_pretrained(source, **overrides):
     Keyword Args:
         image_size: another input size; the position embedding is resized.
         num_classes: a new zero-initialised head of that many classes (the
-            checkpoint's head is kept when this is omitted or equal).
+            checkpoint's head is kept when this is omitted or equal). On an HF
+            transformers base it reads what that family's image classifier
+            reads, as `*ForImageClassification.from_pretrained(base,
+            num_labels=K)` does (DINOv2's class token beside the patch mean,
+            SigLIP's and CLIP's means, no ViT pooler; keras_vit.weights.hf_families).
         include_top: False drops the head.
         dynamic_image_size: one model for any size (multiples of the patch
             size); the position embedding, loaded for `image_size`, is
@@ -40,7 +44,7 @@ def from_pretrained(source, **overrides):
 
     The checkpoint's class names, when it has them, are kept as `model.labels`.
     """
-    checkpoint = open_checkpoint(source)
+    checkpoint = open_checkpoint(source, new_head=overrides.get("num_classes") is not None)
     overrides_given = set(overrides)
     model_args = {k: overrides.pop(k) for k in _MODEL_ARGS if k in overrides}
     config = checkpoint.config.replace(**overrides) if overrides else checkpoint.config
