@@ -435,6 +435,8 @@ def test_a_lora_run_from_a_family_folder_writes_an_adapter_peft_loads(family, tm
     # and read back: the folder as a checkpoint is the run's model (its head included)
     read = keras_vit.from_pretrained(folder) if heads else keras_vit.from_pretrained(folder, include_top=False)
     np.testing.assert_allclose(read(IMAGES), expected, atol=1e-4, rtol=1e-4)
+    if heads:  # the class names, which peft does not keep, beside its files
+        assert read.labels == (tmp_path / "run" / "labels.txt").read_text().split()
     # Every tensor written is where peft keeps it, and peft adapted nothing else (two steps move a
     # tower's updates little, so the outputs alone could not tell an update left out).
     loaded = {key.replace(".default.", "."): value.numpy() for key, value in adapted.state_dict().items()}

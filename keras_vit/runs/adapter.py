@@ -16,6 +16,7 @@ from typing import NamedTuple, Optional, Tuple
 import numpy as np
 
 from keras_vit.errors import UserError
+from keras_vit.runs.folder import find_labels, write_labels
 from keras_vit.utils import storage
 from keras_vit.weights.hf_modules import CLASSES, DISTILLED, MODULE_OF, ModelClass, head_kind
 
@@ -175,6 +176,9 @@ def write_peft_adapter(workdir, vit, base: PeftBase) -> "str | None":
     storage.makedirs(folder)
     storage.write_bytes(storage.join(folder, "adapter_model.safetensors"),
                         save({k: np.ascontiguousarray(v, np.float32) for k, v in tensors.items()}))
+    labels = find_labels(workdir) if peft_class.heads else None
+    if labels:  # peft keeps no class names: beside its files, for id2label and keras_vit's reader
+        write_labels(folder, labels, len(labels))
     storage.write_text(storage.join(folder, "adapter_config.json"), json.dumps(settings, indent=2))
     return folder
 

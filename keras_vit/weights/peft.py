@@ -30,6 +30,7 @@ first, then under its name on disk (keras_vit.weights.hf_modules, the one table 
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 from typing import Dict, List, Optional, Tuple
@@ -69,8 +70,22 @@ def read_peft_directory(directory, source: Optional[str] = None, new_head: bool 
     tensors = read_hf_tensors(base, base)
     renames = _renames(base_config)
     merged = merge_adapter(tensors, _adapter_tensors(directory, where), settings, f"{where} (base {base})", renames)
-    return read_hf_directory(base, source=f"{where} (peft LoRA on {settings['base_model_name_or_path']})",
-                             tensors=merged, new_head=new_head)
+    checkpoint = read_hf_directory(base, source=f"{where} (peft LoRA on {settings['base_model_name_or_path']})",
+                                   tensors=merged, new_head=new_head)
+    return _with_labels(checkpoint, os.path.join(directory, LABELS_FILE))
+
+
+LABELS_FILE = "labels.txt"  # one class name a line: what keras-vit's writer puts beside a run's adapter
+
+
+def _with_labels(checkpoint: Checkpoint, path: str) -> Checkpoint:
+    """The class names of labels.txt beside the adapter (peft keeps none: the classifier's
+    id2label lives in the PyTorch model's config), where it names each class of the head."""
+    if not os.path.isfile(path) or checkpoint.num_classes is None:
+        return checkpoint
+    with open(path, encoding="utf-8") as f:
+        names = [line.rstrip("\n") for line in f if line.strip()]
+    return dataclasses.replace(checkpoint, labels=names) if len(names) == checkpoint.num_classes else checkpoint
 
 
 def _check_settings(settings: dict, where: str) -> None:
