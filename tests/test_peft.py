@@ -181,6 +181,36 @@ def test_a_new_head_on_a_bare_base_is_its_family_s_classifier(family, tmp_path):
     np.testing.assert_allclose(model(IMAGES), _logits(hf), atol=1e-4, rtol=1e-4)
 
 
+def test_a_run_that_read_its_bare_base_as_it_is_still_rebuilds_from_its_adapter_file(tmp_path):
+    """Runs from before a new head read its family's classifier kept a bare ViTModel's pooler
+    (pre_logits): load_adapter reads their base as they did."""
+    from keras_vit.runs.adapter import write_adapter
+    from keras_vit.training import load_adapter
+    from keras_vit.training.transfer import apply_weights, resolve_weights
+
+    bare = transformers.ViTModel(transformers.ViTConfig(**SMALL))
+    perturb_torch(bare, seed=5)
+    bare.save_pretrained(tmp_path / "base")
+    before = resolve_weights(str(tmp_path / "base"))  # as such a run read it
+    assert before.source_config.representation_size
+    vit = keras_vit.ViT(before.source_config.replace(lora_rank=2), image_size=32, num_classes=3)
+    apply_weights(vit, before)
+    rng = np.random.default_rng(6)
+    for variable in vit.trainable_variables:  # the updates and the head, as trained
+        variable.assign(rng.normal(0, 0.3, variable.shape).astype("float32"))
+    (tmp_path / "run").mkdir()
+    write_adapter(tmp_path / "run", vit, str(tmp_path / "base"))
+    np.testing.assert_allclose(load_adapter(tmp_path / "run")(IMAGES), vit(IMAGES), atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("setting", [dict(use_bdlora={"n": 2}), dict(kasa_config={"r": 2}),
+                                     dict(trainable_token_indices=[0, 1]), dict(arrow_config={"top_k": 2})])
+def test_a_lora_variant_that_is_no_plain_update_is_refused_by_name(vit_adapter, tmp_path, setting):
+    with pytest.raises(UserError, match=re.escape(f"({next(iter(setting))}")) as error:
+        keras_vit.from_pretrained(str(_edited(vit_adapter[1], tmp_path, **setting)))
+    assert "\n" not in str(error.value) and "merge it with peft" in str(error.value)
+
+
 def test_an_adapter_trained_on_a_full_siglip2_s_classifier_gives_peft_s_logits(tmp_path):
     """SigLIP2 (NaFlex): a full Siglip2Model loaded into Siglip2ForImageClassification, the patches
     at each image's own grid."""

@@ -44,7 +44,8 @@ def from_pretrained(source, **overrides):
 
     The checkpoint's class names, when it has them, are kept as `model.labels`.
     """
-    checkpoint = open_checkpoint(source, new_head=overrides.get("num_classes") is not None)
+    new_head = overrides.get("num_classes") is not None and overrides.get("include_top", True) is not False
+    checkpoint = open_checkpoint(source, new_head=new_head)
     overrides_given = set(overrides)
     model_args = {k: overrides.pop(k) for k in _MODEL_ARGS if k in overrides}
     config = checkpoint.config.replace(**overrides) if overrides else checkpoint.config

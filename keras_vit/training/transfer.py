@@ -158,5 +158,7 @@ def load_adapter(path, weights: Optional[str] = None):
 
 
 def _pooling(config: ViTConfig) -> tuple:
-    """What a classifier on an encoder reads (hf_families' new_head form changes these alone)."""
-    return config.classifier, config.final_norm, config.projection_size, config.has_class_token
+    """What a classifier on an encoder reads (hf_families' new_head form changes these alone: a
+    bare ViTModel's pooler, the representation layer, too)."""
+    return (config.classifier, config.final_norm, config.projection_size, config.has_class_token,
+            config.representation_size)

@@ -84,7 +84,7 @@ def _with_labels(checkpoint: Checkpoint, path: str) -> Checkpoint:
     if not os.path.isfile(path) or checkpoint.num_classes is None:
         return checkpoint
     with open(path, encoding="utf-8") as f:
-        names = [line.rstrip("\n") for line in f if line.strip()]
+        names = [line.rstrip("\r\n") for line in f if line.strip()]
     return dataclasses.replace(checkpoint, labels=names) if len(names) == checkpoint.num_classes else checkpoint
 
 
@@ -97,6 +97,11 @@ def _check_settings(settings: dict, where: str) -> None:
         (settings.get("layer_replication"), "replicates layers (layer_replication)"),
         (settings.get("target_parameters"), "adapts parameters, not modules (target_parameters)"),
         (settings.get("lora_bias"), "trains a LoRA bias (lora_bias)"),
+        (settings.get("use_bdlora"), "shares its factors across blocks (use_bdlora)"),
+        (settings.get("kasa_config"), "is a KaSA adapter (kasa_config: the base cut down by SVD, a diagonal added)"),
+        (settings.get("trainable_token_indices"), "trains embedding rows (trainable_token_indices)"),
+        (settings.get("alora_invocation_tokens"), "is an activated LoRA (alora_invocation_tokens), on by token"),
+        (settings.get("arrow_config"), "routes among several adapters (arrow_config)"),
     ]
     for refused, why in refusals:
         if refused:
