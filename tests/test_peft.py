@@ -307,11 +307,10 @@ def test_a_relative_base_is_found_beside_the_adapter_from_another_directory(vit_
 
 
 def test_the_names_table_covers_every_family_read_and_written():
-    from keras_vit.runs.adapter import PEFT_CLASSES
     from keras_vit.weights.hf_families import FAMILY_MODEL_TYPES
-    from keras_vit.weights.hf_modules import BLOCKS
+    from keras_vit.weights.hf_modules import BLOCKS, CLASSES
 
-    assert set(BLOCKS) == FAMILY_MODEL_TYPES and set(PEFT_CLASSES) == FAMILY_MODEL_TYPES
+    assert set(BLOCKS) == FAMILY_MODEL_TYPES and set(CLASSES) == FAMILY_MODEL_TYPES
 
 
 @pytest.mark.parametrize("family", ["dinov2", "clip"])

@@ -4,6 +4,7 @@ the lease (issue #53) that lets a run of another pid namespace, container or hos
 import errno
 import json
 import os
+import pathlib
 import select
 import shutil
 import signal
@@ -324,40 +325,38 @@ def _fresh_lock_of_a_third_run(workdir):
     return third
 
 
-def test_a_take_over_never_replaces_a_lock_a_third_run_took_after_the_stale_one_was_judged(tmp_path, monkeypatch):
-    """Between judging the lock stale and moving it aside, a third run took it over: what is
-    moved is that run's fresh lock, which goes back, and this run is refused."""
+def _third_run_during(monkeypatch, name, third_run):
+    """os.`name` as the take-over calls it on the lock moved aside (".stale-"), the first time
+    running `third_run(args)` before it; -> the third run's lock, once it took it."""
+    original, third = getattr(os, name), {}
+
+    def with_a_third_run(*args):
+        if any(".stale-" in str(arg) for arg in args) and not third:
+            third.update(third_run(args))
+        original(*args)
+
+    monkeypatch.setattr(os, name, with_a_third_run)
+    return third
+
+
+def _its_own_take_over(args):
+    os.remove(args[0])  # the stale lock, removed by the third run's own take-over, whole
+    return _fresh_lock_of_a_third_run(pathlib.Path(args[0]).parent)
+
+
+@pytest.mark.parametrize("name, third_run", [
+    # Between judging the lock stale and moving it aside, a third run took it over: what is
+    # moved is that run's fresh lock, which goes back.
+    ("rename", _its_own_take_over),
+    # The stale lock moved aside and checked, a run that found the place empty created its lock:
+    # ours is created with the exclusive link, which fails.
+    ("remove", lambda args: _fresh_lock_of_a_third_run(pathlib.Path(args[0]).parent)),
+])
+def test_a_take_over_never_replaces_a_third_run_s_lock(tmp_path, monkeypatch, name, third_run):
     workdir = tmp_path / "run"
     _lock(workdir, _dead_pid())
-    rename, third = os.rename, {}
-
-    def third_run_first(src, dst):
-        if ".stale-" in str(dst) and not third:
-            os.remove(src)  # the third run's own take-over, whole
-            third.update(_fresh_lock_of_a_third_run(workdir))
-        rename(src, dst)
-
-    monkeypatch.setattr(os, "rename", third_run_first)
-    with pytest.raises(locks.WorkdirBusy, match=f"pid {os.getppid()}"):
-        locks.acquire(str(workdir))
-    assert third and locks.read(str(workdir)) == third
-    assert os.listdir(workdir) == [locks.LOCK_FILE]
-
-
-def test_a_take_over_never_replaces_a_lock_created_while_the_stale_one_was_aside(tmp_path, monkeypatch):
-    """The stale lock moved aside and checked, a run that found the place empty created its
-    lock: ours is created with the exclusive link, which fails, and this run is refused."""
-    workdir = tmp_path / "run"
-    _lock(workdir, _dead_pid())
-    remove, third = os.remove, {}
-
-    def third_run_in_the_gap(path):
-        if ".stale-" in str(path) and not third:
-            third.update(_fresh_lock_of_a_third_run(workdir))
-        remove(path)
-
-    monkeypatch.setattr(os, "remove", third_run_in_the_gap)
-    with pytest.raises(locks.WorkdirBusy, match=f"pid {os.getppid()}"):
+    third = _third_run_during(monkeypatch, name, third_run)
+    with pytest.raises(locks.WorkdirBusy, match=f"pid {os.getppid()}"):  # this run is refused
         locks.acquire(str(workdir))
     assert third and locks.read(str(workdir)) == third
     assert os.listdir(workdir) == [locks.LOCK_FILE]
@@ -472,6 +471,12 @@ def test_a_leased_lock_of_another_boot_is_judged_by_its_lease(tmp_path):
     assert locks.is_stale(other, renewed_s_ago=91)
     assert not locks.is_stale(other)  # its age unknown
     assert locks.is_stale({k: v for k, v in other.items() if k != "lease_s"})
+    workdir = tmp_path / "run"  # a run's lock from before this host rebooted, its lease long lapsed
+    workdir.mkdir()
+    (workdir / locks.LOCK_FILE).write_text(json.dumps({**other, "lease_s": 5}))
+    os.utime(workdir / locks.LOCK_FILE, (time.time() - 60, time.time() - 60))
+    with locks.held(str(workdir)):
+        assert locks.read(str(workdir))["pid"] == os.getpid()
 
 
 def test_a_lease_that_is_not_a_finite_number_is_the_default(monkeypatch):

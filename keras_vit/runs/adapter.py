@@ -18,7 +18,7 @@ import numpy as np
 from keras_vit.errors import UserError
 from keras_vit.runs.folder import find_labels, write_labels
 from keras_vit.utils import storage
-from keras_vit.weights.hf_modules import CLASSES, DISTILLED, MODULE_OF, ModelClass, head_kind
+from keras_vit.weights.hf_modules import CLASSES, MODULE_OF, ModelClass, head_kind
 
 ADAPTER_FILE = "adapter.safetensors"
 FORMAT = "keras_vit.lora/1"
@@ -88,9 +88,8 @@ PEFT_DIR = "peft"  # <workdir>/peft: adapter_config.json + adapter_model.safeten
 # (keras_vit.weights.peft reads both generations back through the same table).
 
 
-# The classes a base loads as, per model_type: keras_vit.weights.hf_modules.CLASSES (the peft reader
-# finds an adapter's modules through the same table).
-PEFT_CLASSES, _MODULE_OF, _DISTILLED = CLASSES, MODULE_OF, DISTILLED
+# The classes a base loads as, per model_type, are keras_vit.weights.hf_modules.CLASSES: the peft
+# reader finds an adapter's modules through the same table.
 
 
 class PeftBase(NamedTuple):
@@ -102,7 +101,7 @@ class PeftBase(NamedTuple):
 def peft_base(base) -> "PeftBase | None":
     """What peft's base_model_name_or_path is for a run's --weights: an HF transformers folder (its
     absolute path, so the adapter loads from any directory) or `hf:ORG/NAME[@REVISION]` (ORG/NAME,
-    and the revision peft then loads), of a family in PEFT_CLASSES, with its config.json; None for
+    and the revision peft then loads), of a family in CLASSES, with its config.json; None for
     any other base, which peft cannot load."""
     import os
 
@@ -120,7 +119,7 @@ def peft_base(base) -> "PeftBase | None":
     if config is None or not os.path.isfile(config):
         return None
     settings = read_json(config)
-    return PeftBase(name, settings, revision or None) if settings.get("model_type") in PEFT_CLASSES else None
+    return PeftBase(name, settings, revision or None) if settings.get("model_type") in CLASSES else None
 
 
 def _peft_class(classes: dict, architecture: Optional[str], head_kind: str) -> "Tuple[str, ModelClass] | None":
@@ -148,7 +147,7 @@ def write_peft_adapter(workdir, vit, base: PeftBase) -> "str | None":
     from keras_vit.weights.hf_modules import blocks_of
 
     model_type = base.config["model_type"]
-    chosen = _peft_class(PEFT_CLASSES[model_type], (base.config.get("architectures") or [None])[0],
+    chosen = _peft_class(CLASSES[model_type], (base.config.get("architectures") or [None])[0],
                          head_kind(vit.config))
     if chosen is None:
         return None
@@ -156,7 +155,7 @@ def write_peft_adapter(workdir, vit, base: PeftBase) -> "str | None":
     tensors = _peft_tensors(adapter_params(vit), blocks_of(base.config), peft_class)
     if tensors is None:
         return None
-    lora, module = vit.config.lora, _MODULE_OF.get(model_type, model_type)
+    lora, module = vit.config.lora, MODULE_OF.get(model_type, model_type)
     # Whole module paths: peft matches a bare name ("q_proj") anywhere, a full CLIPModel's text
     # tower and a SigLIP tower's attention-pooling head included, which the run did not adapt.
     targets = sorted({key[len("base_model.model."):].rsplit(".", 2)[0] for key in tensors if ".lora_" in key})

@@ -26,7 +26,7 @@ from typing import List, Optional, Sequence, Union
 
 from keras_vit.utils import storage
 from keras_vit.errors import UserError
-from keras_vit.utils.labels import check_labels, default_labels  # noqa: F401 - keras_vit.runs.check_labels, as before
+from keras_vit.utils.labels import check_labels, default_labels, labels_in_text  # noqa: F401 - keras_vit.runs.check_labels, as before
 
 MODEL_FILE = "model.keras"
 CONFIG_FILE = "config.json"
@@ -232,10 +232,7 @@ def read_labels(source: Union[PathLike, Sequence[str]]) -> List[str]:
         except ValueError as error:  # json.JSONDecodeError
             raise UserError(f"Labels file {path!r} is not a JSON list of class names ({error}).") from None
         return _names(data, f"Labels file {path!r}")
-    names = [line.rstrip("\r") for line in text.split("\n")]
-    while names and not names[-1].strip():  # a trailing newline is not a class
-        names.pop()
-    return names
+    return labels_in_text(text)
 
 
 def _names(data, where: str) -> List[str]:

@@ -471,9 +471,9 @@ class Trainer:
             results.update(self._few_shot(exported))
         results["model_path"] = runs.save_model(self.plan.config.workdir, exported)
         if self.plan.model.lora_rank:  # what the run trained, apart from its base (keras_vit.training.load_adapter)
-            vit, workdir = find_vit(self.model), self.plan.config.workdir
-            results["adapter_path"] = write_adapter(workdir, vit, _absolute(self.requested.weights))
-            base = peft_base(self.requested.weights) if vit.pre_logits is None else None
+            vit, workdir, weights = find_vit(self.model), self.plan.config.workdir, _absolute(self.requested.weights)
+            results["adapter_path"] = write_adapter(workdir, vit, weights)
+            base = peft_base(weights) if vit.pre_logits is None else None
             folder = None if base is None else write_peft_adapter(workdir, vit, base)
             if folder is not None:  # an HF transformers base: the same adapter in peft's layout, for PyTorch
                 results["peft_adapter_path"] = folder

@@ -18,5 +18,14 @@ def check_labels(labels: Sequence[str], num_classes: int) -> List[str]:
     return labels
 
 
+def labels_in_text(text: str) -> List[str]:
+    """The class names of a labels.txt's text: one a line (either line ending), index = class id;
+    a trailing newline is not a class."""
+    names = [line.rstrip("\r") for line in text.split("\n")]
+    while names and not names[-1].strip():
+        names.pop()
+    return names
+
+
 def default_labels(num_classes: int) -> List[str]:
     return [str(i) for i in range(num_classes)]

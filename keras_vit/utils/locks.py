@@ -181,14 +181,10 @@ def is_stale(owner: dict, renewed_s_ago: Optional[float] = None) -> bool:
     either it cannot be told, and is not stale."""
     if not owner.get("pid") or not owner.get("host"):
         return True  # unreadable: see _verdict for one being written
-    lease, boot_id = _lease_of(owner), _boot_id()
-    other_boot = bool(owner.get("boot_id") and boot_id and owner["boot_id"] != boot_id)
-    # Another boot id under this host name and pid namespace is this host rebooted, or another
-    # machine of the same name (localhost, cloned VMs: the initial pid namespace is alike on
-    # every host) sharing the storage, whose run may be alive: a lock with a lease is judged by it.
-    if not _askable(owner) or (other_boot and lease is not None):
+    if not _asked(owner):
+        lease = _lease_of(owner)
         return lease is not None and renewed_s_ago is not None and renewed_s_ago > lease
-    if other_boot:
+    if _other_boot(owner):
         return True  # an older lock without a lease, rebooted since: every process of then is gone
     pid = int(owner["pid"])
     if pid == os.getpid():
@@ -275,6 +271,19 @@ def _askable(owner: dict) -> bool:
     return owner.get("host") == socket.gethostname() and _same_pid_namespace(owner)
 
 
+def _other_boot(owner: dict) -> bool:
+    boot_id = _boot_id()
+    return bool(owner.get("boot_id") and boot_id and owner["boot_id"] != boot_id)
+
+
+def _asked(owner: dict) -> bool:
+    """Whether is_stale asks the owner's process (askable, this boot), else judges its lease.
+    Another boot id under this host's name and pid namespace is this host rebooted, or another
+    machine of the same name (localhost, cloned VMs: the initial pid namespace is alike on every
+    host) sharing the storage, whose run may be alive: a lock with a lease is judged by it."""
+    return _askable(owner) and not (_other_boot(owner) and _lease_of(owner) is not None)
+
+
 def _lease_of(owner: dict) -> Optional[float]:
     with contextlib.suppress(TypeError, ValueError):
         return float(owner["lease_s"]) if owner.get("lease_s") else None
@@ -310,7 +319,7 @@ def _verdict(current: dict, mtime_ns: int, clock: "_StorageClock") -> str:
     if not current:  # unparsable: being written while young (O_EXCL fallback), damaged when old
         age = clock.age_s(mtime_ns)
         return "live" if age is not None and age < FRESH_S else "stale"
-    if _askable(current) or not current.get("pid") or _lease_of(current) is None:
+    if _asked(current) or not current.get("pid") or _lease_of(current) is None:
         return "stale" if is_stale(current) else "live"
     age = clock.age_s(mtime_ns)
     return "stale" if is_stale(current, age) else ("leased" if age is not None else "live")

@@ -38,6 +38,7 @@ from typing import Dict, List, Optional, Tuple
 import numpy as np
 
 from keras_vit.errors import UserError
+from keras_vit.utils.labels import labels_in_text
 from keras_vit.weights.checkpoint import Checkpoint, read_json, read_safetensors, refuse_pickle
 from keras_vit.weights.hf_modules import CLASS_PREFIXES, CLASSIFIER_MODULES, blocks_of
 
@@ -84,7 +85,7 @@ def _with_labels(checkpoint: Checkpoint, path: str) -> Checkpoint:
     if not os.path.isfile(path) or checkpoint.num_classes is None:
         return checkpoint
     with open(path, encoding="utf-8") as f:
-        names = [line.rstrip("\r\n") for line in f if line.strip()]
+        names = labels_in_text(f.read())  # as a run folder's labels.txt is read
     return dataclasses.replace(checkpoint, labels=names) if len(names) == checkpoint.num_classes else checkpoint
 
 
