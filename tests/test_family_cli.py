@@ -18,6 +18,7 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 skimage_data = pytest.importorskip("skimage.data")
 
+from keras_vit.tasks import ModelPlan
 from keras_vit.cli import main  # noqa: E402
 from tests.sources_helpers import perturb_torch  # noqa: E402
 
@@ -133,7 +134,7 @@ def test_a_family_checkpoint_fine_tunes(family, photos, tmp_path, capsys):
     """DeiT's two heads (the distillation head dropped with the head, both
     starting at -log(classes) for the sigmoid loss, few-shot features read
     from the class token, as without a head); CLIP's projection kept as the encoder's."""
-    from keras_vit.training.tasks.classification import ClassificationTask
+    from keras_vit.tasks.classification import ClassificationTask
     from keras_vit.training.transfer import apply_weights, resolve_weights
 
     checkpoint = tmp_path / family
@@ -146,7 +147,7 @@ def test_a_family_checkpoint_fine_tunes(family, photos, tmp_path, capsys):
     initial = resolve_weights(str(checkpoint))
     assert not any(key.startswith(("head/", "head_dist/")) for key in initial.weights)
     task = ClassificationTask(loss="sigmoid")
-    model = task.build_model(initial.source_config, (32, 32), 3, 3)
+    model = task.build_model(ModelPlan(initial.source_config, (32, 32), 3, 3))
     apply_weights(model, initial)
     if family == "deit_with_teacher":
         for dense in (model.head.head, model.head.head_dist):

@@ -7,8 +7,9 @@ import numpy as np
 import pytest
 
 import keras_vit
+from keras_vit.tasks import ModelPlan
 from keras_vit.model import vit as model_lib  # the module whose embed_images ViT.embed calls
-from keras_vit.training.tasks.masked_patch import MaskedPatchTask
+from keras_vit.tasks.masked_patch import MaskedPatchTask
 from tests.conftest import tiny_config, tiny_hybrid_config
 from tests.layers import reference
 from tests.official_format import official_params, write_npz
@@ -108,7 +109,7 @@ def test_graph_embed_and_masked_patch_model_share_one_embedding_function(monkeyp
 
     monkeypatch.setattr(model_lib, "embed_images", counting)
     task = MaskedPatchTask()
-    masked = task.build_model(tiny_config(), (16, 16), 10, 3)  # builds a ViT: its graph's embedding
+    masked = task.build_model(ModelPlan(tiny_config(), (16, 16), 10, 3))  # builds a ViT: its graph's embedding
     assert len(calls) == 1 and calls[0] is None
     images = np.random.default_rng(2).uniform(-1, 1, size=(2, 16, 16, 3)).astype("float32")
     masked.vit.embed(images)

@@ -37,6 +37,8 @@ LAYERS = [
     ("whole models", ["keras_vit.model.pretrained", "keras_vit.model.features", "keras_vit.runs",
                       "keras_vit.runs.folder", "keras_vit.runs.adapter"]),
     ("model sources", ["keras_vit.runs.source", "keras_vit"]),
+    # What is learned and served (fields, model, loss, metrics, outputs): read by training, export and evaluate.
+    ("tasks", ["keras_vit.tasks", "keras_vit.tasks.*"]),
     ("inspection and export", ["keras_vit.inspection", "keras_vit.inspection.*", "keras_vit.export",
                                "keras_vit.export.*"]),
     ("training", ["keras_vit.training", "keras_vit.training.*"]),
@@ -49,6 +51,7 @@ DISPATCHERS = {
     "keras_vit.utils.lazy": "imports the names of a package's lazy table, which the table's module holds",
     "keras_vit.cli": "imports the command named on the command line, from COMMANDS in the same module",
     "keras_vit.errors": "require() imports optional third-party packages, never keras_vit",
+    "keras_vit.tasks": "task_class() imports a user's own Task named on the command line (package.module:Class)",
 }
 
 

@@ -144,7 +144,7 @@ def test_an_injected_task_is_refused_lora_as_the_recipe_s_is(digits_run, tmp_pat
     """train(config, task=MaskedPatchTask()) with lora_rank: the Task the run trains is checked,
     not the one the config would make (a classifier), before the data is read."""
     from keras_vit.training import TrainConfig, train
-    from keras_vit.training.tasks.masked_patch import MaskedPatchTask
+    from keras_vit.tasks.masked_patch import MaskedPatchTask
 
     config = TrainConfig.create("finetune", weights=str(digits_run), dataset=f"folder:{tmp_path / 'none'}",
                                 workdir=str(tmp_path / "r"), steps=2, lora_rank=4, progress=False)

@@ -10,11 +10,12 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from keras_vit.tasks import ModelPlan
 from keras_vit.layers.patch_corruption import KEPT, MASKED, RANDOM, PatchCorruption
 from keras_vit.model import ViT
 from keras_vit.training import train
 from keras_vit.training.config import MASKED_PATCH, TrainConfig
-from keras_vit.training.tasks import masked_patch as mpp
+from keras_vit.tasks import masked_patch as mpp
 from keras_vit.training.transfer import apply_weights, resolve_weights
 from tests.conftest import tiny_config
 
@@ -54,7 +55,7 @@ def test_corruption_statistics_over_many_draws():
 
 def _tiny_mpp_model(num_channels=3, **corruption):
     task = mpp.MaskedPatchTask(**corruption)
-    return task, task.build_model(tiny_config(), (16, 16), 10, num_channels)
+    return task, task.build_model(ModelPlan(tiny_config(), (16, 16), 10, num_channels))
 
 
 def test_corrupted_patches_are_hidden_from_the_model():
@@ -218,7 +219,7 @@ def test_exported_model_is_a_vit_whose_encoder_loads_for_fine_tuning(mnist_run):
 
 def test_the_recipe_name_picks_the_task():
     from keras_vit.training.config import TrainConfig
-    from keras_vit.training.tasks import ClassificationTask, make_task
+    from keras_vit.tasks import ClassificationTask, make_task
 
     config = TrainConfig.create("masked_patch", model="Mu/4", dataset="mnist5k", workdir="w")
     assert isinstance(make_task(config), mpp.MaskedPatchTask)

@@ -12,6 +12,7 @@ import pytest
 import tensorflow as tf
 
 import keras_vit
+from keras_vit.tasks import ModelPlan
 from keras_vit.training import TrainConfig
 from keras_vit.training import optimization, transfer
 from keras_vit.variants import VARIANTS
@@ -165,11 +166,11 @@ def test_a_tasks_own_head_outside_the_vit_gets_the_heads_rate():
     """Masked patch prediction wraps the ViT: its colour head is the task's head (scale 1), its
     mask token sits at the stem's depth, the ViT's parts keep theirs, and the read-out and
     classifier it does not use are frozen."""
-    from keras_vit.training.tasks.masked_patch import MaskedPatchTask
+    from keras_vit.tasks.masked_patch import MaskedPatchTask
 
     config = keras_vit.ViTConfig(**{**BASE, **FAMILIES["clip"]})
     task = MaskedPatchTask()
-    model = task.build_model(config, (16, 16), 5, 3)
+    model = task.build_model(ModelPlan(config, (16, 16), 5, 3))
     scales = optimization.layer_scales(model, 0.5)
     vit = transfer.find_vit(model)
     assert scales[model.colour_head.kernel.path] == 1.0
@@ -202,7 +203,7 @@ def test_few_shot_include_top_false_and_forward_stages_read_one_vector(family):
     """One read-out (#38 item 4): the few-shot probe's features, the model
     without its head (the same weights) and forward_stages' pre-logits are one
     vector; for DeiT's distillation head, the class token's embedding."""
-    from keras_vit.training.tasks.classification import ClassificationTask
+    from keras_vit.tasks.classification import ClassificationTask
 
     config = keras_vit.ViTConfig(**{**BASE, **FAMILIES[family]})
     model = build(config)

@@ -243,7 +243,7 @@ def test_training_figures_average_over_the_examples_that_count(tmp_path):
 def test_a_custom_tasks_export_holds_the_moving_average(tmp_path):
     """A Task whose export_model returns the model itself: model.keras must
     hold the EMA weights, not the trained ones (#29)."""
-    from keras_vit.training.tasks import ClassificationTask
+    from keras_vit.tasks import ClassificationTask
 
     class AsIs(ClassificationTask):
         def export_model(self, model):

@@ -84,6 +84,7 @@ def test_the_checks_of_image_size_and_unknown_sizes_are_one_line_each():
 
     class Unknown:
         name, train_split, sizes, num_channels, num_classes, image_size = "tfrecord:x", "train", {"train": None}, 3, 2, None
+        fields = ("image", "label")
 
     config = TrainConfig.create("deit", model=TINY, image_size=28)
     with pytest.raises(UserError, match="cannot be turned into steps: give steps=N"):

@@ -10,10 +10,11 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from keras_vit.tasks import ModelPlan
 from keras_vit.model import ViT
 from keras_vit.training import TrainConfig, train
 from keras_vit.training import optimization
-from keras_vit.training.tasks.classification import ClassificationTask
+from keras_vit.tasks.classification import ClassificationTask
 from keras_vit.variants import get_variant
 from tests.training_helpers import TINY, checkpoint_arrays, tiny_config
 
@@ -146,7 +147,7 @@ def test_ema_runs_evaluate_and_export_the_average_and_checkpoint_both(tmp_path):
 
 def test_sigmoid_loss_is_the_summed_binary_cross_entropy_from_a_minus_log_c_bias():
     task = ClassificationTask(loss="sigmoid")
-    model = task.build_model(TINY, (28, 28), 10, 1)
+    model = task.build_model(ModelPlan(TINY, (28, 28), 10, 1))
     np.testing.assert_allclose(model.head.bias.numpy(), -math.log(10), rtol=1e-6)
     images = tf.random.stateless_uniform([4, 28, 28, 1], [1, 2], -1, 1)
     batch = {"image": images, "label": tf.constant([0, 3, 9, 3])}

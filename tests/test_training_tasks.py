@@ -11,9 +11,9 @@ import tensorflow as tf
 
 from keras_vit import cli
 from keras_vit.training.config import TrainConfig
-from keras_vit.training.tasks import (
+from keras_vit.tasks import (
     RECIPE_TASKS, TASKS, ClassificationTask, MaskedPatchTask, Task, make_task, top_k_hits)
-from keras_vit.training.tasks.masked_patch import masked_patch_loss
+from keras_vit.tasks.masked_patch import masked_patch_loss
 
 
 def numpy_top_k(logits, labels, k):
@@ -83,7 +83,7 @@ def test_one_registry_and_make_task():
     assert type(task) is ClassificationTask and task.label_smoothing == 0.1  # the recipe's
     assert type(make_task(TrainConfig.create("masked_patch", model="Mu/4", workdir="w"))) is MaskedPatchTask
     assert type(make_task(scratch.replace(task="masked_patch"))) is MaskedPatchTask
-    with pytest.raises(ValueError, match="Unknown task 'colour'; known tasks: classification, masked_patch"):
+    with pytest.raises(ValueError, match="Unknown task 'colour': give one of classification, masked_patch, or a Task of your own"):
         make_task(scratch.replace(task="colour"))
 
 

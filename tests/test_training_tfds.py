@@ -71,7 +71,7 @@ def test_two_input_pipelines_read_disjoint_halves_covering_the_split(prepared):
     seen = []
     for index in range(2):
         decoded = source.examples("train", index, 2).map(lambda *raw: source.decode(raw))
-        seen.append([int(image[0, 0, 0]) for image, _, _ in decoded.as_numpy_iterator()])
+        seen.append([int(example["image"][0, 0, 0]) for example, _ in decoded.as_numpy_iterator()])
         assert len(seen[-1]) == source.shard_size("train", index, 2) == NUM_TRAIN // 2
     assert not set(seen[0]) & set(seen[1]) and sorted(seen[0] + seen[1]) == list(range(NUM_TRAIN))
     # Through the training stream: one epoch of each worker's shard is that same half.

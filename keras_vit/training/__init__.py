@@ -44,7 +44,7 @@ __getattr__, __dir__ = lazy_exports(__name__, {
         "extract_features", "few_shot_linear_eval", "fit_least_squares")},
     **{name: "keras_vit.training.trainer" for name in (
         "NonFiniteLossError", "Trainer", "TrainingInterrupted", "train")},
-    **{name: "keras_vit.training.tasks" for name in ("TASKS", "ClassificationTask", "Task")},
+    **{name: "keras_vit.tasks" for name in ("TASKS", "ClassificationTask", "Task")},
     "load_adapter": "keras_vit.training.transfer",
 }, before=_require_tensorflow)
 

@@ -43,6 +43,7 @@ import math
 import tensorflow as tf
 
 from keras_vit import images as images_lib
+from keras_vit.tasks import fields
 
 FILL = 128.0  # the grey that geometric ops leave where no pixel maps (timm's fill)
 
@@ -67,39 +68,50 @@ def _grey(image):
     return tf.broadcast_to(luma, tf.shape(image))
 
 
-def _affine(image, matrix):
+def _affine(image, matrix, fill=FILL, interpolation="BILINEAR"):
     """The output pixel (x, y) takes the input at matrix @ (x, y, 1), with
-    (x, y) about the centre; bilinear, FILL outside."""
+    (x, y) about the centre; bilinear (a mask: nearest), `fill` outside."""
     height, width = image.shape[0], image.shape[1]
     a, b, c, d, e, f = tf.unstack(matrix)
     cx, cy = (width - 1) / 2.0, (height - 1) / 2.0
     transform = tf.stack([a, b, cx + c - a * cx - b * cy, d, e, cy + f - d * cx - e * cy, 0.0, 0.0])
     return tf.raw_ops.ImageProjectiveTransformV3(
-        images=image[None], transforms=transform[None], output_shape=[height, width], fill_value=FILL,
-        interpolation="BILINEAR", fill_mode="CONSTANT")[0]
+        images=image[None], transforms=transform[None], output_shape=[height, width], fill_value=fill,
+        interpolation=interpolation, fill_mode="CONSTANT")[0]
 
 
-def _rotate(image, m, sign):
+def _rotation(image, m, sign):
     angle = sign * 30.0 * m * math.pi / 180.0
     cos, sin = tf.cos(angle), tf.sin(angle)
-    return _affine(image, tf.stack([cos, -sin, 0.0, sin, cos, 0.0]))
+    return tf.stack([cos, -sin, 0.0, sin, cos, 0.0])
 
 
 def _shear(axis):
-    def op(image, m, sign):
+    def matrix(image, m, sign):
         s = sign * 0.3 * m
-        matrix = [1.0, s, 0.0, 0.0, 1.0, 0.0] if axis == 0 else [1.0, 0.0, 0.0, s, 1.0, 0.0]
-        return _affine(image, tf.stack([tf.cast(v, tf.float32) for v in matrix]))
-    return op
+        values = [1.0, s, 0.0, 0.0, 1.0, 0.0] if axis == 0 else [1.0, 0.0, 0.0, s, 1.0, 0.0]
+        return tf.stack([tf.cast(v, tf.float32) for v in values])
+    return matrix
 
 
-def _translate(axis):
-    def op(image, m, sign):
+def _translation(axis):
+    def matrix(image, m, sign):
         # Whole pixels, as PIL's translate of timm's TranslateRel.
         side = image.shape[1] if axis == 0 else image.shape[0]
         shift = tf.round(sign * 0.45 * m * side)
-        matrix = [1.0, 0.0, shift, 0.0, 1.0, 0.0] if axis == 0 else [1.0, 0.0, 0.0, 0.0, 1.0, shift]
-        return _affine(image, tf.stack([tf.cast(v, tf.float32) for v in matrix]))
+        values = [1.0, 0.0, shift, 0.0, 1.0, 0.0] if axis == 0 else [1.0, 0.0, 0.0, 0.0, 1.0, shift]
+        return tf.stack([tf.cast(v, tf.float32) for v in values])
+    return matrix
+
+
+# RandAugment's geometric ops, as the matrix each applies: a mask or depth map moves with its image.
+MATRICES = {"rotate": _rotation, "shear_x": _shear(0), "shear_y": _shear(1),
+            "translate_x": _translation(0), "translate_y": _translation(1)}
+
+
+def _geometric(name):
+    def op(image, m, sign):
+        return _affine(image, MATRICES[name](image, m, sign))
     return op
 
 
@@ -168,11 +180,10 @@ def _mean_grey(image):
 
 # timm's RandAugment op list (rand_augment_ops, "increasing" magnitudes).
 OPS = {
-    "auto_contrast": _autocontrast, "equalize": _equalize, "invert": _invert, "rotate": _rotate,
+    "auto_contrast": _autocontrast, "equalize": _equalize, "invert": _invert,
     "posterize": _posterize, "solarize": _solarize, "solarize_add": _solarize_add,
     "color": _enhance(_grey), "contrast": _enhance(_mean_grey), "brightness": _enhance(tf.zeros_like),
-    "sharpness": _enhance(_sharpen_degenerate), "shear_x": _shear(0), "shear_y": _shear(1),
-    "translate_x": _translate(0), "translate_y": _translate(1),
+    "sharpness": _enhance(_sharpen_degenerate), **{name: _geometric(name) for name in MATRICES},
 }
 
 
@@ -181,18 +192,34 @@ def apply_op(name, image, magnitude, sign):
     return OPS[name](image, tf.cast(magnitude, tf.float32) / 10.0, tf.cast(sign, tf.float32))
 
 
-def randaugment(image, num_ops, magnitude, seed):
+def randaugment(image, num_ops, magnitude, seed, maps=()):
     """`num_ops` ops drawn uniformly (with replacement) from OPS, each with a
-    random sign, applied in turn to a float image in 0..255."""
+    random sign, applied in turn to a float image in 0..255. `maps`: (value
+    (H, W, 1), fill) pairs (masks, depth maps) that the geometric ops move
+    with the image (nearest, `fill` where pixels come in) and the others
+    leave alone; given, -> (image, [maps])."""
     names = sorted(OPS)
+    values = [value for value, _ in maps]
     for k in range(num_ops):
         draw = fold(seed, k)
         index = tf.random.stateless_uniform([], draw, 0, len(names), dtype=tf.int32)
         sign = tf.where(tf.random.stateless_uniform([], fold(draw, 1)) < 0.5, -1.0, 1.0)
-        branches = [lambda name=name: apply_op(name, image, magnitude, sign) for name in names]
-        image = tf.switch_case(index, branches)
-        image.set_shape(branches[0]().shape)
-    return image
+
+        def branch(name, image=image, values=values, sign=sign):
+            moved = values
+            if name in MATRICES:
+                m = tf.cast(magnitude, tf.float32) / 10.0
+                moved = [_affine(v, MATRICES[name](image, m, sign), fill, "NEAREST")
+                         for v, (_, fill) in zip(values, maps)]
+            return [apply_op(name, image, magnitude, sign)] + list(moved)
+
+        branches = [lambda name=name: branch(name) for name in names]
+        shapes = [t.shape for t in branches[0]()]
+        results = tf.switch_case(index, branches)
+        for tensor, shape in zip(results, shapes):
+            tensor.set_shape(shape)
+        image, values = results[0], results[1:]
+    return (image, list(values)) if maps else image
 
 
 # --- random erasing ------------------------------------------------------------------------
@@ -279,7 +306,7 @@ def mix_group(group, partner_offset, mixup, cutmix, mix_prob, switch_prob, seed)
     example j and j + partner_offset (mod the group) are mixed with one draw
     per pair, both ways. Adds "mix_label" (the partner's label) and
     "mix_lambda" (the weight of the example's own label)."""
-    images, labels = group["image"], group["label"]
+    images, labels = group["image"], group.get("label")
     height, width = images.shape[1], images.shape[2]
     masks, lams = [], []
     for pair in range(partner_offset):
@@ -298,29 +325,42 @@ def mix_group(group, partner_offset, mixup, cutmix, mix_prob, switch_prob, seed)
     partner_images = tf.gather(images, partner)
     out = dict(group)
     out["image"] = images * masks + partner_images * (1.0 - masks)
-    out["mix_label"] = tf.gather(labels, partner)
+    if labels is not None:  # a Task without labels (masked patches) mixes the images alone
+        out["mix_label"] = tf.gather(labels, partner)
     out["mix_lambda"] = lams
     return out
 
 
 # --- geometry -------------------------------------------------------------------------------
+# Each geometric op draws once from its seed and moves the image and every spatial field of the
+# example (keras_vit.tasks.fields: masks and depth maps nearest, pixels brought in
+# filled with the field's fill) by the same draw.
+
+def crop_window(image, seed):
+    """The Inception crop's window of `image`: (begin, size) for tf.slice, the
+    channels whole (size -1), so the same window slices a mask."""
+    begin, crop_size, _ = tf.image.stateless_sample_distorted_bounding_box(
+        tf.shape(image), bounding_boxes=tf.constant([[[0.0, 0.0, 1.0, 1.0]]]), seed=seed,
+        area_range=(0.05, 1.0), aspect_ratio_range=(3 / 4, 4 / 3), min_object_covered=0.0,
+        use_image_if_no_bounding_boxes=True)
+    return begin, tf.concat([crop_size[:2], [-1]], axis=0)
+
+
+def _sliced(value, begin, size):
+    crop = tf.slice(value, begin, size)
+    crop.set_shape([None, None, value.shape[-1]])  # the slice's size is a tensor: keep the channels known
+    return crop
+
 
 def inception_crop(image, size, seed):
     """The official code's Inception crop: 5%..100% of the area, aspect
     3/4..4/3, resized to `size` as evaluation, predict and export resize
     (bilinear, antialiased: keras_vit.images.resize)."""
-    channels = image.shape[-1]
-    begin, crop_size, _ = tf.image.stateless_sample_distorted_bounding_box(
-        tf.shape(image), bounding_boxes=tf.constant([[[0.0, 0.0, 1.0, 1.0]]]), seed=seed,
-        area_range=(0.05, 1.0), aspect_ratio_range=(3 / 4, 4 / 3), min_object_covered=0.0,
-        use_image_if_no_bounding_boxes=True)
-    crop = tf.slice(image, begin, crop_size)
-    crop.set_shape([None, None, channels])  # the slice's size is a tensor: keep the channels known
-    return images_lib.resize(crop, size)
+    return images_lib.resize(_sliced(image, *crop_window(image, seed)), size)
 
 
-def random_affine(image, seed, max_degrees=15.0, max_scale=0.15, max_shift=0.125):
-    """Rotation, zoom and shift drawn from `seed`; edges extend outwards."""
+def affine_matrix(image, seed, max_degrees=15.0, max_scale=0.15, max_shift=0.125):
+    """random_affine's transform (output pixel -> input pixel) drawn from `seed`."""
     height, width = image.shape[0], image.shape[1]
     u = tf.random.stateless_uniform([4], seed, -1.0, 1.0)
     angle = u[0] * max_degrees * math.pi / 180.0
@@ -329,19 +369,43 @@ def random_affine(image, seed, max_degrees=15.0, max_scale=0.15, max_shift=0.125
     cos, sin = tf.cos(angle) / scale, tf.sin(angle) / scale
     cx, cy = (width - 1) / 2.0, (height - 1) / 2.0
     # The map from output to input pixel: rotate/zoom about the centre, then shift.
-    transform = tf.stack([cos, sin, cx - cos * (cx + tx) - sin * (cy + ty),
-                          -sin, cos, cy + sin * (cx + tx) - cos * (cy + ty), 0.0, 0.0])
+    return tf.stack([cos, sin, cx - cos * (cx + tx) - sin * (cy + ty),
+                     -sin, cos, cy + sin * (cx + tx) - cos * (cy + ty), 0.0, 0.0])
+
+
+def _projected(value, transform, interpolation="BILINEAR", fill_mode="NEAREST", fill=0.0):
     return tf.raw_ops.ImageProjectiveTransformV3(
-        images=image[None], transforms=transform[None], output_shape=[height, width], fill_value=0.0,
-        interpolation="BILINEAR", fill_mode="NEAREST")[0]
+        images=value[None], transforms=transform[None], output_shape=[value.shape[0], value.shape[1]], fill_value=fill,
+        interpolation=interpolation, fill_mode=fill_mode)[0]
+
+
+def random_affine(image, seed, max_degrees=15.0, max_scale=0.15, max_shift=0.125):
+    """Rotation, zoom and shift drawn from `seed`; edges extend outwards."""
+    return _projected(image, affine_matrix(image, seed, max_degrees, max_scale, max_shift))
+
+
+def translate_offset(image, seed):
+    """(pad, offset): random_translate's mirror padding and crop offset (tf.image.stateless_random_crop's draw)."""
+    height, width, channels = image.shape
+    pad = max(1, height // 8)
+    limit = tf.constant([2 * pad + 1, 2 * pad + 1, 1])
+    offset = tf.random.stateless_uniform([3], seed, maxval=tf.int32.max, dtype=tf.int32) % limit
+    return pad, offset
+
+
+def _translated(value, pad, offset):
+    height, width, channels = value.shape
+    padded = tf.pad(value, [[pad, pad], [pad, pad], [0, 0]], mode="SYMMETRIC")
+    return tf.slice(padded, offset, [height, width, channels])
 
 
 def random_translate(image, seed):
     """Shift by up to 1/8 of the side: mirror-pad, then crop back at random."""
-    height, width, channels = image.shape
-    pad = max(1, height // 8)
-    padded = tf.pad(image, [[pad, pad], [pad, pad], [0, 0]], mode="SYMMETRIC")
-    return tf.image.stateless_random_crop(padded, [height, width, channels], seed=seed)
+    return _translated(image, *translate_offset(image, seed))
+
+
+def _flipped(value, flip):
+    return tf.cond(flip, lambda: tf.reverse(value, [1]), lambda: value)
 
 
 # --- the op list ----------------------------------------------------------------------------
@@ -351,40 +415,79 @@ SALTS = {"inception_crop": 10, "affine": 10, "translate": 10, "flip": 11, "randa
          "random_erasing": 2}
 
 
-def _apply(op, image, size, seed):
+def _moved(example, kinds, on_image, on_map):
+    """`example` with on_image(image) and on_map(value, kind) for each mask or depth map."""
+    out = dict(example)
+    out["image"] = on_image(example["image"])
+    for name, value in example.items():
+        if name != "image" and kinds[name].spatial:
+            out[name] = on_map(value, kinds[name])
+    return out
+
+
+def _apply(op, example, kinds, size, seed):
+    """One op of the plan's list on an example {field: travelling value}."""
     name = op["op"]
-    if name == "resize":
-        return images_lib.resize(image, size)
+    image = example["image"]
     if name == "to_model_range":  # to what the model takes (the plan names any normalisation but [-1, 1])
-        return images_lib.normalize(image, op.get("normalization", "minus_one_to_one"))
+        return {**example, "image": images_lib.normalize(image, op.get("normalization", "minus_one_to_one"))}
+    if name == "resize":
+        return _moved(example, kinds, lambda v: images_lib.resize(v, size), lambda v, k: fields.resize_map(v, size, k))
     op_seed = fold(seed, SALTS[name])
     if name == "inception_crop":
-        return inception_crop(image, size, op_seed)
-    if name == "flip":
-        return tf.image.stateless_random_flip_left_right(image, seed=op_seed)
+        begin, crop = crop_window(image, op_seed)
+        return _moved(example, kinds, lambda v: images_lib.resize(_sliced(v, begin, crop), size),
+                      lambda v, k: fields.resize_map(_sliced(v, begin, crop), size, k))
+    if name == "flip":  # tf.image.stateless_random_flip_left_right's draw
+        flip = tf.random.stateless_uniform([], op_seed, 0, 1.0) < 0.5
+        return _moved(example, kinds, lambda v: _flipped(v, flip), lambda v, k: _flipped(v, flip))
     if name == "affine":
-        return random_affine(image, op_seed)
+        transform = affine_matrix(image, op_seed)
+        return _moved(example, kinds, lambda v: _projected(v, transform),
+                      lambda v, k: _projected(v, transform, "NEAREST", "CONSTANT", k.fill))
     if name == "translate":
-        return random_translate(image, op_seed)
+        pad, offset = translate_offset(image, op_seed)
+        return _moved(example, kinds, lambda v: _translated(v, pad, offset), lambda v, k: _translated(v, pad, offset))
     if name == "randaugment":
-        return randaugment(image, op["num_ops"], op["magnitude"], op_seed)
+        maps = [n for n in example if n != "image" and kinds[n].spatial]
+        if not maps:
+            return {**example, "image": randaugment(image, op["num_ops"], op["magnitude"], op_seed)}
+        image, moved = randaugment(image, op["num_ops"], op["magnitude"], op_seed,
+                                   maps=[(example[n], kinds[n].fill) for n in maps])
+        return {**example, "image": image, **dict(zip(maps, moved))}
     if name == "random_erasing":
-        return random_erasing(image, op["probability"], op_seed)
+        return {**example, "image": random_erasing(image, op["probability"], op_seed)}
     raise ValueError(f"unknown augmentation op {name!r}")
+
+
+def fields_transform(plan):
+    """(example {field: decoded value}, int64 seed pair) -> the example as the
+    model takes it: the image (float (H, W, C) 0..255 of any size) through the
+    plan's ops to (plan.image_size, C) in the model's range, every mask or
+    depth map moved with it to (plan.image_size) (plan.fields says each
+    field's kind); other fields as they are."""
+    size, channels, kinds = tuple(plan.image_size), plan.num_channels, plan.fields
+
+    def transform(example, seed):
+        example = {name: fields.to_travel(name, kinds[name], value) for name, value in example.items()}
+        example["image"].set_shape([None, None, channels])
+        for op in plan.augmentation:
+            example = _apply(op, example, kinds, size, seed)
+        example["image"] = tf.ensure_shape(example["image"], [size[0], size[1], channels])
+        return {name: fields.from_travel(kinds[name], value) for name, value in example.items()}
+
+    return transform
 
 
 def example_transform(plan):
     """(image float (H, W, C) 0..255 of any size, int64 seed pair) -> the
     model's input (plan.image_size, C), scaled as the model takes it, through the plan's ops."""
-    size, channels = tuple(plan.image_size), plan.num_channels
+    transform = fields_transform(plan)
 
-    def transform(image, seed):
-        image.set_shape([None, None, channels])
-        for op in plan.augmentation:
-            image = _apply(op, image, size, seed)
-        return tf.ensure_shape(image, [size[0], size[1], channels])
+    def image_only(image, seed):
+        return transform({"image": image}, seed)["image"]
 
-    return transform
+    return image_only
 
 
 def group_mixer(plan):

@@ -161,7 +161,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     run.add_argument("--fewshot-l2", type=float, help="(default: %(default)s)")
     run.add_argument("--fewshot-pool", type=positive_int, help="(default: %(default)s)")
     run.add_argument("--task",
-                     help="what is learned: classification | masked_patch (keras_vit.training.tasks.TASKS; "
+                     help="what is learned: classification | masked_patch (keras_vit.tasks.TASKS; "
                           "default: %(default)s, or the recipe's task: --recipe masked_patch picks masked_patch)")
     run.add_argument("--no-progress", dest="progress", action="store_false",
                      help="no progress bars (for logs and CI); what runs and the evaluations are still printed")
@@ -261,10 +261,14 @@ def run(args) -> int:
     except TrainingInterrupted as error:
         print(f"keras-vit train: {error}", file=sys.stderr)
         return error.exit_code
+    evaluated = results["eval"]
+    if "accuracy" in evaluated:  # a classifier's top-k
+        figures = {"eval_top1": evaluated["accuracy"], **({"eval_top5": evaluated["top5"]} if "top5" in evaluated
+                                                          else {}), "eval_loss": evaluated["loss"]}
+    else:  # another Task's own figures (Task.summarize)
+        figures = {"eval": {k: v for k, v in evaluated.items() if k != "num_examples"}}
     summary = {
-        "eval_top1": results["eval"]["accuracy"], **({"eval_top5": results["eval"]["top5"]}
-                                                      if "top5" in results["eval"] else {}),
-        "eval_loss": results["eval"]["loss"], "steps": results["steps"],
+        **figures, "steps": results["steps"],
         "images_per_sec": results["images_per_sec"], "wall_time_s": results["wall_time_s"],
     }
     if "fewshot" in results:

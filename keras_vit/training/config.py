@@ -402,7 +402,7 @@ class TrainConfig:
             the end, e.g. (1, 5, 10, 25); empty disables it.
         fewshot_l2: ridge regularisation of the few-shot least squares.
         fewshot_pool: the shots are drawn from the first N training examples.
-        task: name of a Task in keras_vit.training.tasks.TASKS.
+        task: name of a Task in keras_vit.tasks.TASKS.
         progress: show the progress bar.
         strict_data: an image file that cannot be decoded stops the run
             (default: it is named in one warning and left out).

@@ -7,8 +7,9 @@
 Three jobs, three modules: `sources` (where examples come from and how they
 decode), `stream` (epochs, shuffling, sharding and the position a resume
 skips to) and `augment` (the training ops, built from the plan's op list).
-This module puts them together into per-replica batches of {"image",
-"label", "weight"} (weight 0 for an image that failed to decode).
+This module puts them together into per-replica batches of the Task's
+fields (plan.fields: "image", "label", a "mask", ...; keras_vit.tasks.fields)
+and "weight" (0 for an example that failed to decode).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import tensorflow as tf
 
 from keras_vit import images as images_lib
 from keras_vit.errors import UserError
+from keras_vit.tasks import fields as fields_lib
 from keras_vit.training import augment as augment_lib
 from keras_vit.training import stream as stream_lib
 # The data API callers know by this module's name.
@@ -59,13 +61,13 @@ def train_dataset(source: Source, plan, context: tf.distribute.InputContext, exa
     seed = stream_lib.pipeline_seed(config.seed, index)
     ds = stream_lib.numbered(source, index, count, config.seed, config.shuffle_buffer,
                              plan.recipe.repeated_augmentation, first)
-    transform = augment_lib.example_transform(plan)
+    transform = augment_lib.fields_transform(plan)
 
     @tf.autograph.experimental.do_not_convert
     def prepare(i, raw_example):
-        image, label, ok = source.decode(raw_example)
-        image = transform(model_pixels(image, plan.num_channels), tf.stack([tf.cast(seed, tf.int64), i]))
-        example = {"image": image, "label": label, "weight": tf.cast(ok, tf.float32)}
+        example, ok = _decoded(source, plan, raw_example, plan.fields)
+        example = transform(example, tf.stack([tf.cast(seed, tf.int64), i]))
+        example["weight"] = tf.cast(ok, tf.float32)
         if plan.mixing:
             example["position"] = i  # seeds its group's mixing; dropped once mixed
         return example
@@ -99,25 +101,39 @@ def eval_steps(source: Source, global_batch: int) -> int:
     return math.ceil(size / global_batch)
 
 
-def _resized(source, plan):
+def _decoded(source, plan, raw_example, fields):
+    """(the example's `fields` as decoded, the image in float 0..255 of the plan's channels; ok)."""
+    decoded, ok = source.decode(raw_example)
+    example = {name: decoded[name] for name in fields}
+    example["image"] = model_pixels(example["image"], plan.num_channels)
+    return example, ok
+
+
+def _resized(source, plan, fields):
+    """Evaluation's and few-shot's decoding: resized only (masks and depth maps nearest), scaled as the model takes it."""
     @tf.autograph.experimental.do_not_convert
     def prepare(*raw_example):
-        image, label, ok = source.decode(raw_example)
-        image = images_lib.resize(model_pixels(image, plan.num_channels), plan.image_size)
-        return {"image": images_lib.normalize(image, plan.pixel_normalization), "label": label}, ok
+        example, ok = _decoded(source, plan, raw_example, fields)
+        for name, kind in fields.items():
+            if kind.spatial and name != "image":
+                travel = fields_lib.resize_map(fields_lib.to_travel(name, kind, example[name]), plan.image_size, kind)
+                example[name] = fields_lib.from_travel(kind, travel)
+        image = images_lib.resize(example["image"], plan.image_size)
+        example["image"] = images_lib.normalize(image, plan.pixel_normalization)
+        return example, ok
 
     return prepare
 
 
 def eval_dataset(source: Source, plan, num_steps: int, context: tf.distribute.InputContext,
                  split: Optional[str] = None) -> tf.data.Dataset:
-    """Per-replica batches of {"image", "label", "weight"}: this pipeline's
+    """Per-replica batches of the Task's fields and "weight": this pipeline's
     share of the split, resized only, padded with weight-0 examples so that
     every worker runs exactly `num_steps` steps of plan.eval_batch."""
     index, count = context.input_pipeline_id, context.num_input_pipelines
     per_replica = plan.eval_batch // plan.num_replicas
     per_pipeline = num_steps * plan.eval_batch // count
-    size, resized = plan.image_size, _resized(source, plan)
+    size, resized = plan.image_size, _resized(source, plan, plan.fields)
 
     @tf.autograph.experimental.do_not_convert
     def prepare(*raw_example):
@@ -126,9 +142,8 @@ def eval_dataset(source: Source, plan, num_steps: int, context: tf.distribute.In
 
     ds = source.examples(split or source.eval_split, index, count).map(
         prepare, num_parallel_calls=AUTOTUNE, deterministic=True)
-    padding = tf.data.Dataset.from_tensors({
-        "image": tf.zeros([size[0], size[1], plan.num_channels]),
-        "label": tf.constant(0, tf.int32), "weight": tf.constant(0.0)}).repeat()
+    blank = {name: kind.blank(size, plan.num_channels) for name, kind in plan.fields.items()}
+    padding = tf.data.Dataset.from_tensors({**blank, "weight": tf.constant(0.0)}).repeat()
     ds = ds.concatenate(padding).take(per_pipeline)
     return _finish(ds.batch(per_replica, drop_remainder=True))
 
@@ -151,10 +166,11 @@ def _finish(ds):
 
 
 def plain_dataset(source: Source, plan, split: str, batch_size: int, limit: Optional[int] = None) -> tf.data.Dataset:
-    """The first `limit` examples of a split, resized only, in fixed order (one process)."""
+    """The first `limit` examples of a split, resized only, in fixed order (one process):
+    {"image", "label"} whatever the Task (the few-shot probe reads the labels)."""
     ds = source.examples(split, 0, 1)
     if limit:
         ds = ds.take(limit)
-    ds = ds.map(_resized(source, plan), num_parallel_calls=AUTOTUNE, deterministic=True)
+    ds = ds.map(_resized(source, plan, fields_lib.CLASSIFICATION_FIELDS), num_parallel_calls=AUTOTUNE, deterministic=True)
     # Few-shot features: an image that failed to decode is simply left out.
     return _finish(ds.filter(_second).map(_first).batch(batch_size))

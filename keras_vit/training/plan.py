@@ -1,5 +1,6 @@
 """A run's plan: everything derived from the config, the data and the strategy, resolved once.
 
+    plan = plan_run(config, strategy, task, dataset)     # what the trainer does, once
     plan = resolve(config, source, initial_weights, num_replicas=2)
 
 The data pipeline, the compiled steps, the optimizer, the progress report and
@@ -21,8 +22,12 @@ What is resolved here:
   * the model config (the variant or the weights' own architecture, with
     the user's patch size, position embedding and classifier, the recipe's
     classifier from scratch, its representation layer and regularisation),
-    image size, channels, classes, the task, XLA, precision, the strategy,
-    steps per host loop and evaluation steps.
+    image size, channels, classes, the Task (an injected one checked like
+    any other) and its fields, XLA, precision, the strategy, steps per host
+    loop and evaluation steps;
+  * `plan_run` also resolves the Task, the initial weights and the data
+    source, in that order (the refusals of the architecture before the
+    data opens), and the plan holds them.
 
 The trainer builds what the plan says and derives none of it again;
 config.json holds the settings as given and the plan, once.
@@ -32,11 +37,13 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Optional, Tuple
+from typing import Any, Optional, Tuple, Union
 
 from keras_vit.utils import console as _console
 from keras_vit.config import DEFAULT_LORA_TARGETS, ViTConfig
 from keras_vit.errors import UserError
+from keras_vit.tasks import Task, make_task, task_class, task_name
+from keras_vit.tasks.fields import kind_names
 from keras_vit.training.config import RECIPES, TrainConfig, with_aug_level
 from keras_vit.variants import get_variant
 
@@ -60,7 +67,7 @@ class Plan:
     augmentation level's RandAugment and Mixup filled in."""
 
     config: TrainConfig
-    task: str
+    task: Task  # what is learned; config.json records its name (keras_vit.tasks.task_name)
     model: ViTConfig
     image_size: Tuple[int, int]
     num_channels: int
@@ -85,6 +92,13 @@ class Plan:
     strategy: str  # the resolved name (keras_vit.training.strategies)
     shuffle: str  # how the training stream is shuffled: the source's Source.shuffle_kind
     warnings: Tuple[str, ...] = ()
+    source: Any = dataclasses.field(default=None, compare=False)  # the data (plan_run's; not in config.json)
+    initial: Any = dataclasses.field(default=None, compare=False)  # the initial weights, or None (idem)
+
+    @property
+    def fields(self):
+        """The fields of an example ({name: keras_vit.tasks.fields.FieldKind}): the Task's."""
+        return self.task.fields
 
     @property
     def recipe(self):
@@ -105,7 +119,10 @@ class Plan:
 
     def to_dict(self) -> dict:
         """JSON-ready: config.json's "plan"."""
-        out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "config"}
+        out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
+               if f.name not in ("config", "source", "initial")}
+        out["task"] = task_name(self.task)
+        out["fields"] = kind_names(self.fields)
         out["model"] = self.model.to_dict()
         out["image_size"] = list(self.image_size)
         out["augmentation"] = [dict(op) for op in self.augmentation] + ([{"op": "mix", **self.mixing}]
@@ -118,16 +135,43 @@ class Plan:
         return out
 
 
+def plan_run(config: TrainConfig, strategy, task: Optional[Task] = None, dataset=None, shard=(0, 1)) -> Plan:
+    """The whole run resolved once, for the trainer: the Task (`task`, else the
+    one config asks for), the initial weights, the model config (its refusals
+    before the data opens), the data (config.dataset, or `dataset`; `shard`:
+    this input pipeline of how many), XLA and the strategy's name, then
+    everything `resolve` derives. The plan holds the source and the weights."""
+    from keras_vit.training.data import open_source
+    from keras_vit.training.steps import resolve_jit_compile
+    from keras_vit.training.strategies import resolve_name
+    from keras_vit.training.transfer import resolve_weights
+
+    task = task or make_task(config)
+    # A classifier on a transformers base is that family's image classifier (a new head:
+    # what its pooling reads), so its peft adapter gives transformers the run's logits.
+    initial = resolve_weights(config.weights, new_head=task.reads_classifier_head)
+    model = model_config(config, initial, task)
+    source = open_source(config, dataset, shard=shard, fields=task.fields)
+    return resolve(config, source, initial, num_replicas=strategy.num_replicas_in_sync, num_input_pipelines=shard[1],
+                   jit_compile=resolve_jit_compile(config, strategy), task=task,
+                   strategy=resolve_name(config.strategy, config.tpu), model=model)
+
+
 def resolve(config: TrainConfig, source, initial=None, num_replicas: int = 1, num_input_pipelines: int = 1,
-            jit_compile: bool = False, task: str = "classification", strategy: Optional[str] = None) -> Plan:
+            jit_compile: bool = False, task: Union[Task, str, None] = None, strategy: Optional[str] = None,
+            model: Optional[ViTConfig] = None) -> Plan:
     """The plan of `config` on `source` (a keras_vit.training.sources.Source),
     starting from `initial` (keras_vit.training.transfer.resolve_weights' weights,
     or None: from scratch), over `num_replicas` replicas of the `strategy`
     (its resolved name; None: config.strategy as given) with `jit_compile`
-    (keras_vit.training.steps.resolve_jit_compile for that strategy). Raises
-    UserError, one line naming the fix, on a bad combination."""
-    model = model_config(config, initial, task)
+    (keras_vit.training.steps.resolve_jit_compile for that strategy), training
+    `task` (a Task, a name, or None: the one config asks for). `model`: the
+    model config when already resolved (model_config). Raises UserError, one
+    line naming the fix, on a bad combination."""
+    task = _task(config, task)
+    model = model or model_config(config, initial, task)
     recipe = with_aug_level(config.recipe, model)
+    _check_fields(task, source, recipe)
     train_size = source.sizes.get(source.train_split)
     global_batch = recipe.batch_size
     check_batch(global_batch, num_replicas, config.accum_steps)
@@ -150,17 +194,36 @@ def resolve(config: TrainConfig, source, initial=None, num_replicas: int = 1, nu
         train_size=train_size, augmentation=augmentation_ops(recipe, model.pixel_normalization),
         mixing=mixing(recipe), jit_compile=bool(jit_compile), precision=config.precision, remat=config.remat,
         strategy=strategy or config.strategy, shuffle=source.shuffle_kind,
-        warnings=tuple(_warnings(recipe, train_size)))
+        warnings=tuple(_warnings(recipe, train_size)), source=source, initial=initial)
+
+
+def _task(config, task) -> Task:
+    if task is None:
+        return make_task(config)
+    return task_class(task).from_train_config(config) if isinstance(task, str) else task
+
+
+def _check_fields(task: Task, source, recipe) -> None:
+    """The data gives every field the Task reads, and Mixup/CutMix only mixes fields that mix."""
+    missing = [name for name in task.fields if name not in source.fields]
+    if missing:
+        raise UserError(f"The {task.name} task reads the field(s) {', '.join(missing)} of each example, and "
+                        f"{source.name} gives {', '.join(source.fields)}: give data with them (a list: CSV with "
+                        f"a column of each name, a dataset= of dicts with those keys).")
+    unmixable = [f"{name} ({kind.name})" for name, kind in task.fields.items() if not kind.mixable]
+    if recipe.mixes and unmixable:
+        raise UserError(f"Mixup/CutMix mixes whole examples, and the {task.name} task's {', '.join(unmixable)} "
+                        f"cannot be mixed: give {arg('mixup', 0)} and {arg('cutmix', 0)}.")
 
 
 # --- the model ---------------------------------------------------------------------------
 
-def model_config(config: TrainConfig, initial=None, task: Optional[str] = None) -> ViTConfig:
+def model_config(config: TrainConfig, initial=None, task: Union[Task, str, None] = None) -> ViTConfig:
     """The ViTConfig to build: the variant (or the weights' own architecture)
     with the user's patch size, position embedding and classifier (each
     refused where it contradicts pre-trained weights), the recipe's classifier
     when training from scratch, and the recipe's representation layer and
-    regularisation. `task`: the name of the Task the run trains (None: the one
+    regularisation. `task`: the Task the run trains (or its name; None: the one
     the config asks for), which the LoRA refusal reads: an injected Task is
     checked like any other."""
     base = _base_model_config(config, initial)
@@ -180,9 +243,10 @@ def model_config(config: TrainConfig, initial=None, task: Optional[str] = None) 
                         lora_rank=config.lora_rank, lora_alpha=config.lora_alpha, lora_targets=config.lora_targets)
 
 
-def _check_lora(config: TrainConfig, initial, task: Optional[str] = None) -> None:
-    """LoRA adapts pre-trained weights of a classifier: refused from scratch and for
-    another task (the model's own checks refuse a rank that does not fit)."""
+def _check_lora(config: TrainConfig, initial, task=None) -> None:
+    """LoRA adapts pre-trained weights of an encoder: refused from scratch and for a
+    Task that trains its whole encoder (Task.adapts_encoder; the model's own checks
+    refuse a rank that does not fit)."""
     flag = _console.either("--lora-rank", "lora_rank")
     quantized = initial is not None and initial.source_config is not None and initial.source_config.quantization
     if quantized == "int8" and config.precision == "mixed_float16":
@@ -203,16 +267,14 @@ def _check_lora(config: TrainConfig, initial, task: Optional[str] = None) -> Non
             raise UserError(f"{names} {verb} no effect without {flag}: add {arg('lora_rank', 8)} (for example), "
                             f"or leave {pronoun} out.")
         return
-    from keras_vit.training.tasks import make_task
-
     if initial is None:
         raise UserError(f"{flag} adapts pre-trained weights, and this run has none: add "
                         f"{arg('weights', 'imagenet21k')} (or a checkpoint folder, a run), or train every weight "
                         f"without {flag}.")
-    task = task or make_task(config).name
-    if task != "classification":
-        raise UserError(f"{flag} fine-tunes a classifier; the {task} task trains the whole encoder: drop {flag}, "
-                        f"or fine-tune the result of this run with it.")
+    task = _task(config, task)
+    if not task.adapts_encoder:
+        raise UserError(f"{flag} fine-tunes a classifier; the {task.name} task trains the whole encoder: drop "
+                        f"{flag}, or fine-tune the result of this run with it.")
 
 
 def _chosen(base: ViTConfig, field: str, value, initial) -> ViTConfig:

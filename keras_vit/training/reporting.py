@@ -70,6 +70,7 @@ class Report:
 
         config = plan.config
         self.chief = chief
+        self.task = plan.task
         if chief:
             counts = parameter_counts(model)
             params, total = counts["trainable"], counts["total"]
@@ -86,7 +87,8 @@ class Report:
 
     def train(self, step, logs) -> None:
         rate = logs.get("images_per_sec")
-        self.bar.set_postfix(loss=f"{logs['loss']:.4f}", acc=f"{logs['accuracy']:.3f}", lr=f"{logs['lr']:.2e}",
+        shown = {"acc": f"{logs['accuracy']:.3f}"} if "accuracy" in logs else {}  # a classifier's
+        self.bar.set_postfix(loss=f"{logs['loss']:.4f}", **shown, lr=f"{logs['lr']:.2e}",
                              img_s=f"{rate:.0f}" if rate else "-", refresh=False)
         self._scalars(step, {f"train/{k}": v for k, v in logs.items() if v is not None})
 
@@ -95,14 +97,17 @@ class Report:
 
     def eval(self, step, result) -> None:
         if self.chief:
-            top5 = f"  top-5 {result['top5']:.4f}" if "top5" in result else ""
-            line = (f"step {step}: eval top-1 {result['accuracy']:.4f}{top5}  "
-                    f"loss {result['loss']:.4f}  ({result['num_examples']} examples)")
+            if "accuracy" in result:  # a classifier's top-k (masked patches' too: their colour classes)
+                top5 = f"  top-5 {result['top5']:.4f}" if "top5" in result else ""
+                line = (f"step {step}: eval top-1 {result['accuracy']:.4f}{top5}  "
+                        f"loss {result['loss']:.4f}  ({result['num_examples']} examples)")
+            else:  # another Task's figures, in its words
+                line = f"step {step}: eval {self.task.describe(result)}  ({result['num_examples']} examples)"
             if self.bar.disable:
                 print(line, flush=True)
             else:
                 self.bar.write(line)  # above the bar
-        self._scalars(step, {f"eval/{k}": result[k] for k in ("accuracy", "top5", "loss") if k in result})
+        self._scalars(step, {f"eval/{k}": v for k, v in result.items() if k != "num_examples"})
 
     def close(self) -> None:
         """Ends the bar's line and flushes the logs; closing twice is harmless."""

@@ -38,10 +38,10 @@ from keras_vit.training import reporting
 from keras_vit.training.checkpointing import CheckpointManager
 from keras_vit.training.config import TrainConfig, upgraded
 from keras_vit.training.optimization import averaged_weights, make_optimizer, rule_name
-from keras_vit.training.steps import CompiledSteps, resolve_jit_compile
-from keras_vit.training.strategies import is_chief, make_strategy, resolve_name
-from keras_vit.training.tasks import Task, make_task
-from keras_vit.training.transfer import apply_weights, find_vit, resolve_weights
+from keras_vit.training.steps import CompiledSteps
+from keras_vit.training.strategies import is_chief, make_strategy
+from keras_vit.tasks import Task, task_name
+from keras_vit.training.transfer import apply_weights, find_vit
 
 
 class NonFiniteLossError(CannotContinue):
@@ -69,7 +69,7 @@ def train(config: TrainConfig, task: Optional[Task] = None,
     Args:
         config: a TrainConfig (see TrainConfig.create and demo_config).
         task: what is learned (default: config.task from TASKS, i.e. image
-            classification); see keras_vit.training.tasks.Task.
+            classification); see keras_vit.tasks.Task.
         callbacks: each a callable `callback(step, logs)`, called for every
             optimizer step on every worker (logs: loss, accuracy, lr,
             grad_norm) once the loop holding it has ended, or an object with
@@ -97,7 +97,7 @@ class Trainer:
 
     def __init__(self, config: TrainConfig, task: Optional[Task] = None, callbacks: Iterable = (), dataset=None):
         self.requested = config  # as given (config.json); what runs is self.plan, from build() on
-        self.task = task
+        self.injected_task = task  # None: the one config asks for (the plan resolves it)
         self.callbacks = list(callbacks)
         self.dataset = dataset
         self.step = 0
@@ -135,29 +135,19 @@ class Trainer:
             tf.config.experimental.enable_op_determinism()
         keras.utils.set_random_seed(config.seed)
         self.chief = is_chief(self.strategy)
-        self.task = self.task or make_task(config)
-        # A classifier on a transformers base is that family's image classifier (a new head:
-        # what its pooling reads), so its peft adapter gives transformers the run's logits.
-        self.initial = resolve_weights(config.weights, new_head=self.task.name == "classification")
-        # The architecture's refusals (--patch-size against the weights, ...) before the data opens.
-        plan_lib.model_config(config, self.initial, self.task.name)
-        shard = self._input_shard()
-        self.source = data_lib.open_source(config, self.dataset, shard=shard)
-        # From here on the run reads the plan and nothing else (its config holds the resolved recipe).
-        self.plan = plan_lib.resolve(
-            config, self.source, self.initial, num_replicas=self.strategy.num_replicas_in_sync,
-            num_input_pipelines=shard[1], jit_compile=resolve_jit_compile(config, self.strategy),
-            task=self.task.name, strategy=resolve_name(config.strategy, config.tpu))
+        # From here on the run reads the plan and nothing else: the Task, the weights, the data,
+        # the model, XLA and the strategy resolved once (its config holds the resolved recipe).
+        self.plan = plan_lib.plan_run(config, self.strategy, self.injected_task, self.dataset, self._input_shard())
         if self.chief:  # before anything is refused or built: they may explain it
             for warning in self.plan.warnings:
                 data_lib.warn(warning)
-        if self.initial is not None and self.initial.num_channels != self.source.num_channels:
+        if self.plan.initial is not None and self.plan.initial.num_channels != self.plan.source.num_channels:
             # Not an error (images are converted), but what ran must be visible.
-            print(f"keras-vit train: the images have {self.source.num_channels} channel(s); the pre-trained "
-                  f"weights take {self.initial.num_channels}: images are converted.", flush=True)
+            print(f"keras-vit train: the images have {self.plan.source.num_channels} channel(s); the pre-trained "
+                  f"weights take {self.plan.initial.num_channels}: images are converted.", flush=True)
         self._check_memory()
         self._build_model()
-        self.compiled = CompiledSteps(self.strategy, self.model, self.optimizer, self.task, self.plan)
+        self.compiled = CompiledSteps(self.strategy, self.model, self.optimizer, self.plan.task, self.plan)
         self.manager = CheckpointManager(config.workdir, self._fingerprint(), write=self.chief,
                                          keep=config.keep_checkpoints)
 
@@ -205,7 +195,7 @@ class Trainer:
         keras.config.set_dtype_policy(plan.precision)
         try:
             with self.strategy.scope():
-                self.model = self.task.build_model(plan.model, plan.image_size, plan.num_classes, plan.num_channels)
+                self.model = self.plan.task.build_model(plan)
                 # What building did, for results.json's "built" (the plan says what was asked).
                 self.built = {"rematerialized_blocks": rematerialize_blocks(self.model) if plan.remat else 0,
                               # XLA fuses the GELU by itself; TensorFlow's op-by-op executor gets one kernel each way.
@@ -217,7 +207,7 @@ class Trainer:
 
     def _fingerprint(self) -> dict:
         return {
-            "task": self.plan.task, "model": self.plan.model.to_dict(),
+            "task": task_name(self.plan.task), "model": self.plan.model.to_dict(),
             "image_size": list(self.plan.image_size), "num_classes": self.plan.num_classes,
             "num_channels": self.plan.num_channels,
             "optimizer": rule_name(self.optimizer),
@@ -230,8 +220,8 @@ class Trainer:
         restored = self.manager.restore(self.model, self.optimizer)
         self.resumed = restored is not None
         if restored is None:
-            if self.initial is not None:
-                note = apply_weights(self.model, self.initial)
+            if self.plan.initial is not None:
+                note = apply_weights(self.model, self.plan.initial)
                 if note and self.chief:
                     print(f"keras-vit train: {note}", flush=True)
         else:
@@ -283,19 +273,19 @@ class Trainer:
         if self.chief:
             storage.makedirs(config.workdir)
             runs.write_config(config.workdir, settings)
-            runs.write_labels(config.workdir, self.source.class_names, self.source.num_classes)
+            runs.write_labels(config.workdir, self.plan.source.class_names, self.plan.source.num_classes)
             self._write_status("running")
         if self.chief:
-            data_lib.check_stream_mixing(self.source, config)
+            data_lib.check_stream_mixing(self.plan.source, config)
         self._open_inputs()
-        self.report = reporting.Report(self.plan, self.chief, self.step, self.model, self.source, self.strategy)
+        self.report = reporting.Report(self.plan, self.chief, self.step, self.model, self.plan.source, self.strategy)
 
     def _open_inputs(self) -> None:
         train = self.strategy.distribute_datasets_from_function(
-            lambda ctx: data_lib.train_dataset(self.source, self.plan, ctx, self.examples_seen))
+            lambda ctx: data_lib.train_dataset(self.plan.source, self.plan, ctx, self.examples_seen))
         self.train_iterator = iter(train)
         self.eval_inputs = self.strategy.distribute_datasets_from_function(
-            lambda ctx: data_lib.eval_dataset(self.source, self.plan, self.plan.eval_steps, ctx))
+            lambda ctx: data_lib.eval_dataset(self.plan.source, self.plan, self.plan.eval_steps, ctx))
 
     def _close_inputs(self) -> None:
         """Drops the input streams now, while Python runs their decoders (tf.numpy_function).
@@ -429,9 +419,7 @@ class Trainer:
 
     def _evaluate_as_is(self) -> dict:
         totals = self._on_device(self.compiled.eval_loop, iter(self.eval_inputs), tf.constant(self.plan.eval_steps))
-        totals = {k: float(v) for k, v in totals.items()}
-        count = totals.pop("count")
-        return {"num_examples": int(count), **{k: v / count for k, v in totals.items()}}
+        return self.plan.task.summarize({k: float(v) for k, v in totals.items()})
 
     # --- the end ------------------------------------------------------------------------
 
@@ -453,9 +441,9 @@ class Trainer:
             "strategy": self.plan.strategy, "num_replicas": self.plan.num_replicas,
             "num_params": counts["trainable"],
             "parameters": counts,  # {"trainable", "total"}: a LoRA run trains a part
-            "dataset": {"name": self.source.name, "num_classes": self.source.num_classes,
-                        "sizes": self.source.sizes},
-            "data_problems": self.source.problems.summary(),
+            "dataset": {"name": self.plan.source.name, "num_classes": self.plan.source.num_classes,
+                        "sizes": self.plan.source.sizes},
+            "data_problems": self.plan.source.problems.summary(),
             "config": self.requested.to_dict(), "plan": self.plan.to_dict(), "built": self.built,
             "status": "finished",
         }
@@ -466,7 +454,7 @@ class Trainer:
         return results
 
     def _write_model_and_results(self, results, final) -> None:
-        exported = self.task.export_model(self.model)
+        exported = self.plan.task.export_model(self.model)
         if self.plan.config.fewshot_shots:
             results.update(self._few_shot(exported))
         results["model_path"] = runs.save_model(self.plan.config.workdir, exported)
@@ -485,11 +473,11 @@ class Trainer:
 
     def _few_shot(self, exported) -> dict:
         out = {}
-        feature_model = self.task.feature_model(exported)
-        args = (self.source, self.plan, self.plan.eval_batch)
+        feature_model = self.plan.task.feature_model(exported)
+        args = (self.plan.source, self.plan, self.plan.eval_batch)
         if feature_model is not None:
             out["fewshot"] = reporting.few_shot(feature_model, *args)
-        baseline = self.task.baseline_feature_model(exported)
+        baseline = self.plan.task.baseline_feature_model(exported)
         if baseline is not None:
             out["fewshot_random_init"] = reporting.few_shot(baseline, *args)
         return out
@@ -510,8 +498,10 @@ def _next_multiple(step, every):
 
 
 def _window(history, config):
+    """The mean of the loss and the Task's metrics over the last log_every steps."""
     window = history[-config.log_every:]
-    return {k: float(np.mean([h[k] for h in window])) for k in ("loss", "accuracy")} if window else {}
+    figures = [k for k in window[-1] if k not in ("lr", "grad_norm", "skipped_examples")] if window else []
+    return {k: float(np.mean([h[k] for h in window])) for k in figures}
 
 
 def _notify(callbacks, event, *args):

@@ -6,7 +6,7 @@ once, for every family, and every rule that asks "is this the head?" or "how
 deep is this?" reads it: layer-wise learning rates (training.optimization),
 transfer's dropping of the classifier (training.transfer), the loaders' head
 fitting (weights.npz) and masked-patch pre-training's frozen read-out
-(training.tasks.masked_patch).
+(keras_vit.tasks.masked_patch).
 
 The groups, in the order the image flows through them:
   stem        patch or ResNet embedding, AIMv2's patch norm, class/distillation/

@@ -24,7 +24,8 @@ no class is an error, an empty class an error (or dropped with
 
 One module a kind: `source` (the Source, its table of rows, the Pillow decoder
 and the per-source count of undecodable files), `mnist`, `files` (folder:,
-list:, Keras directory datasets), `records` (tfrecord:, tfds:), `objects`
+list:, Keras directory datasets), `fielded` (list: with columns of more
+fields: masks, depth maps, texts), `records` (tfrecord:, tfds:), `objects`
 (datasets and arrays handed to train()). `open_source` picks one.
 """
 
@@ -34,6 +35,7 @@ import os
 
 from keras_vit.utils.console import warn  # noqa: F401  (data warnings: the one keras-vit warning line)
 from keras_vit.errors import UserError
+from keras_vit.training.sources.fielded import fielded_list_source, is_fielded
 from keras_vit.training.sources.files import folder_source, list_source
 from keras_vit.training.sources.mnist import load_mnist5k, mnist5k_path, mnist5k_source, read_mnist5k  # noqa: F401
 from keras_vit.training.sources.objects import object_source
@@ -42,7 +44,7 @@ from keras_vit.training.sources.source import (  # noqa: F401
     EVAL_SPLIT_NAMES, HELD_OUT_EVERY, DecodeProblems, Source, strict_failure)
 
 
-def open_source(config, dataset=None, shard=(0, 1)) -> Source:
+def open_source(config, dataset=None, shard=(0, 1), fields=None) -> Source:
     """The Source named by config.dataset, or made from `dataset` when given.
 
     `dataset` (train(config, dataset=...)) is one of:
@@ -61,7 +63,9 @@ def open_source(config, dataset=None, shard=(0, 1)) -> Source:
     A tf.data.Dataset is not addressable by index, so its epochs are
     shuffled in blocks of config.shuffle_buffer examples (see the module
     docstring); arrays, folders and lists are permuted whole.
-    `shard` is (this input pipeline, number of pipelines): with several, the
+    `fields`: the Task's ({name: keras_vit.tasks.fields.FieldKind}): a list:
+    whose header names more columns than the image and its label gives them
+    (sources/fielded.py). `shard` is (this input pipeline, number of pipelines): with several, the
     files are not checked before training (each worker meets its own).
     The trainer's stream is a pure function of (seed, examples consumed) only
     when a tf.data.Dataset yields the same elements in the same order on
@@ -80,6 +84,8 @@ def open_source(config, dataset=None, shard=(0, 1)) -> Source:
     if kind == "folder" and arg:
         return folder_source(config, arg, shard)
     if kind == "list" and arg:
+        if is_fielded(arg.split(",")[0]):
+            return fielded_list_source(config, arg, fields or {})
         return list_source(config, arg, shard)
     if kind == "tfrecord" and arg:
         return tfrecord_source(config, arg)

@@ -94,7 +94,7 @@ def _parsed(image_spec):
         serialized, label = raw
         image = tf.io.parse_tensor(serialized, image_spec.dtype)
         image.set_shape([None, None, image_spec.shape[-1]])
-        return image, tf.cast(label, tf.int32), tf.constant(True)
+        return {"image": image, "label": tf.cast(label, tf.int32)}, tf.constant(True)
 
     return decode
 

@@ -37,8 +37,10 @@ class Source:
     split in a fixed order (evaluation, few-shot); `epoch(split, index,
     count, seed)` the same shard's raw examples in epoch order for `seed`
     (an int64 pair: (run seed, epoch)), see the module docstring;
-    `decode(raw)` maps a raw example to (uint8 or float image HWC in 0..255,
-    int label, whether it decoded). `class_names`: the class names in label
+    `decode(raw)` maps a raw example to ({field: value}, whether it decoded):
+    "image" uint8 or float HWC in 0..255, "label" int32, and each further
+    field the source has (`fields`, the names; keras_vit.tasks.fields says
+    what each kind holds). `class_names`: the class names in label
     order where the data names them, else None. `shard_sizes(split, index,
     count)` where shards are not an even split of `sizes`.
     """
@@ -54,6 +56,7 @@ class Source:
     decode: Callable
     epoch: Callable[[str, int, int, tf.Tensor], tf.data.Dataset]
     shuffle_kind: str = "permutation"
+    fields: Tuple[str, ...] = ("image", "label")  # what decode gives each example
     class_names: Optional[List[str]] = None
     shard_sizes: Optional[Callable[[str, int, int], Optional[int]]] = None
     problems: "DecodeProblems" = dataclasses.field(default_factory=lambda: DecodeProblems())  # files that failed
@@ -93,7 +96,7 @@ def table_source(splits: dict, **fields) -> Source:
 def decoded(raw):
     """decode() of sources whose raw examples are pixels already."""
     image, label = raw
-    return image, tf.cast(label, tf.int32), tf.constant(True)
+    return {"image": image, "label": tf.cast(label, tf.int32)}, tf.constant(True)
 
 
 # --- files that fail to decode -----------------------------------------------
@@ -159,6 +162,6 @@ def pillow_decoder(channels, from_path, name, strict, problems: DecodeProblems):
         image, ok = tf.numpy_function(decode_value, [value, label], (tf.uint8, tf.bool), stateful=False)
         image.set_shape([None, None, channels])
         ok.set_shape([])
-        return image, tf.cast(label, tf.int32), ok
+        return {"image": image, "label": tf.cast(label, tf.int32)}, ok
 
     return decode

@@ -36,9 +36,10 @@ from keras import ops
 from keras_vit import images as images_lib
 from keras_vit.layers.patch_corruption import PatchCorruption
 from keras_vit.model import ViT, block_inputs
-from keras_vit.training.tasks.base import Task
-from keras_vit.training.tasks.classification import ClassificationTask
-from keras_vit.training.tasks.metrics import top_k_hits
+from keras_vit.tasks.base import Task
+from keras_vit.tasks.fields import IMAGE
+from keras_vit.tasks.classification import ClassificationTask
+from keras_vit.tasks.metrics import top_k_hits
 from keras_vit.variants import get_variant
 from keras_vit.weights import parts as weight_parts
 
@@ -189,6 +190,7 @@ class MaskedPatchTask(Task):
     """
 
     name = "masked_patch"
+    fields = {"image": IMAGE}  # labels are never read
 
     def __init__(self, corrupt_rate: float = 0.5, mask_rate: float = 0.8, random_rate: float = 0.1,
                  bits: int = COLOUR_BITS):
@@ -198,9 +200,10 @@ class MaskedPatchTask(Task):
         self.bits = int(bits)
         self._initial_weights = None
 
-    def build_model(self, model_config, image_size, num_classes, num_channels):
+    def build_model(self, plan):
         # A classification-ready ViT (its head is what fine-tuning replaces anyway).
-        vit = ViT(get_variant(model_config), image_size=image_size, num_classes=num_classes,
+        num_channels = plan.num_channels
+        vit = ViT(get_variant(plan.model), image_size=plan.image_size, num_classes=plan.num_classes,
                   num_channels=num_channels)
         # The run's random initialisation, for the few-shot baseline: taken
         # before any checkpoint is restored, and identical on resume (same seed).

@@ -10,8 +10,9 @@ import tensorflow as tf
 from keras_vit.layers import DistillationHead
 from keras_vit.model import ViT, head_layers, pooled_embedding
 from keras_vit.model.lora import merge_lora
-from keras_vit.training.tasks.base import Task
-from keras_vit.training.tasks.metrics import top_k_hits
+from keras_vit.tasks.base import Task
+from keras_vit.tasks.fields import CLASSIFICATION_FIELDS
+from keras_vit.tasks.metrics import top_k_hits
 from keras_vit.variants import get_variant
 
 
@@ -46,6 +47,9 @@ class ClassificationTask(Task):
     label (ties are misses, see `top_k_hits`)."""
 
     name = "classification"
+    fields = CLASSIFICATION_FIELDS
+    adapts_encoder = True
+    reads_classifier_head = True
 
     def __init__(self, label_smoothing: float = 0.0, loss: str = "softmax"):
         self.label_smoothing = float(label_smoothing)
@@ -55,12 +59,12 @@ class ClassificationTask(Task):
     def from_train_config(cls, config):
         return cls(label_smoothing=config.recipe.label_smoothing, loss=config.recipe.loss)
 
-    def build_model(self, model_config, image_size, num_classes, num_channels):
-        model = ViT(get_variant(model_config), image_size=image_size, num_classes=num_classes,
-                    num_channels=num_channels)
+    def build_model(self, plan):
+        model = ViT(get_variant(plan.model), image_size=plan.image_size, num_classes=plan.num_classes,
+                    num_channels=plan.num_channels)
         if self.loss == "sigmoid":
             for dense in head_layers(model):  # the logits (DeiT's: the mean of two heads') start at -log(C)
-                dense.bias.assign(tf.fill(dense.bias.shape, -math.log(num_classes)))
+                dense.bias.assign(tf.fill(dense.bias.shape, -math.log(plan.num_classes)))
         return model
 
     def targets(self, batch, num_classes, training):

@@ -1,0 +1,71 @@
+"""Tasks: what is learned and what comes out: an example's fields, the model and
+its heads, the loss, the metrics, what an evaluation reports and what an export
+serves. The trainer, `keras-vit evaluate` and `keras-vit export` know only the
+`Task` interface (base.py).
+
+    fields           the kinds of an example's fields and how each moves with its image
+    classification   ClassificationTask: softmax cross-entropy over the ViT's head
+    masked_patch     MaskedPatchTask: self-supervised masked patch prediction
+
+To add an objective, subclass Task (set `name` and `fields`, override
+`build_model` to add its own head and `compute_loss` its own loss), and pass an
+instance to `keras_vit.training.train(config, task=MyTask())`, name it on the
+command line as `--task my_package.my_module:MyTask`, or add it to TASKS so
+that `--task NAME` finds it.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+from keras_vit.errors import UserError
+from keras_vit.tasks.base import ModelPlan, Task
+from keras_vit.tasks.classification import ClassificationTask
+from keras_vit.tasks.masked_patch import MaskedPatchTask
+from keras_vit.tasks.metrics import top_k_hits
+
+TASKS = {task.name: task for task in (ClassificationTask, MaskedPatchTask)}
+
+# A recipe that trains something other than classification names its task
+# here; an explicit --task other than the default "classification" wins.
+RECIPE_TASKS = {"masked_patch": MaskedPatchTask.name}
+
+
+def make_task(config) -> Task:
+    """The Task a TrainConfig asks for: config.task, or its recipe's task."""
+    name = config.task
+    if name == ClassificationTask.name:
+        name = RECIPE_TASKS.get(config.recipe.name, name)
+    return task_class(name).from_train_config(config)
+
+
+def task_class(name: str):
+    """The Task class of a name: one of TASKS, or "package.module:Class" (a Task of your own)."""
+    if name in TASKS:
+        return TASKS[name]
+    if ":" not in name:
+        raise UserError(f"Unknown task {name!r}: give one of {', '.join(sorted(TASKS))}, or a Task of your own "
+                        f"as package.module:ClassName.")
+    module_name, _, class_name = name.partition(":")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as error:
+        raise UserError(f"The task {name!r} cannot be imported ({error}): put {module_name} on the Python path "
+                        f"(PYTHONPATH), or fix the name.") from None
+    found = getattr(module, class_name, None)
+    if not (isinstance(found, type) and issubclass(found, Task)):
+        raise UserError(f"{module_name} has no Task class {class_name!r}: name a subclass of "
+                        f"keras_vit.tasks.Task as package.module:ClassName.")
+    return found
+
+
+def task_name(task: Task) -> str:
+    """What a run records of its Task, so that evaluate and export find it again: a name of
+    TASKS, else its import path (package.module:Class)."""
+    if TASKS.get(task.name) is type(task):
+        return task.name
+    return f"{type(task).__module__}:{type(task).__qualname__}"
+
+
+__all__ = ["RECIPE_TASKS", "TASKS", "ClassificationTask", "MaskedPatchTask", "ModelPlan", "Task", "make_task", "task_class",
+           "task_name", "top_k_hits"]

@@ -1,0 +1,100 @@
+"""The Task interface: what is learned and what comes out. The trainer, evaluate and export know only this.
+
+A Task declares the fields of its examples (`fields`, keras_vit.tasks.fields),
+builds its model from the run's plan, turns a batch into per-example losses
+and metrics, says what an evaluation reports (`summarize`), what model a run
+keeps (`export_model`) and what an export serves (`serving_outputs`). The
+loop handles distribution, accumulation, clipping, mixed precision,
+checkpoints and evaluation. Batches are dicts of the Task's fields, batched
+by training/data.py (built from the run's plan): "image" (B, H, W, C) scaled
+as the model takes it ([-1, 1], or its ViTConfig.pixel_normalization:
+keras_vit.images.normalize), "label" (B,) int32, "mask" (B, H, W) int32, ...,
+and "weight" (B,) (0 for an example that failed to decode, or padding).
+
+To add a Task: a module in keras_vit/tasks/ (or your own package) with a
+subclass that sets `name` and `fields` and overrides `build_model` and
+`compute_loss`; then `train(config, task=MyTask())`, `--task
+my_package.my_module:MyTask` on the command line, or an entry in TASKS.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Dict, Tuple
+
+import keras
+import tensorflow as tf
+
+from keras_vit.tasks.fields import CLASSIFICATION_FIELDS, FieldKind
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelPlan:
+    """What `Task.build_model` reads of a run's plan, to build a Task's model outside a run:
+    task.build_model(ModelPlan(get_variant("S/16"), (224, 224), 10, 3))."""
+
+    model: Any  # a ViTConfig
+    image_size: Tuple[int, int]
+    num_classes: int
+    num_channels: int = 3
+
+
+class Task:
+    """The interface. Per-example values are summed over the global batch
+    and divided by its size by the loop (so losses average over it)."""
+
+    name = "task"
+    fields: Dict[str, FieldKind] = CLASSIFICATION_FIELDS  # the fields each example carries to the model
+    # Whether LoRA may adapt the encoder of this Task's model (a Task that trains the whole encoder says no).
+    adapts_encoder = False
+    # Whether a transformers base is read as its family's image classifier (a new head, its pooling).
+    reads_classifier_head = False
+
+    @classmethod
+    def from_train_config(cls, config) -> "Task":
+        """The task as a TrainConfig asks for it (override to read recipe fields)."""
+        return cls()
+
+    def build_model(self, plan) -> keras.Model:
+        """The model this task trains, built for the run's plan (plan.model: the
+        ViTConfig; plan.image_size, plan.num_classes, plan.num_channels); the
+        trainer builds it under the strategy's scope."""
+        raise NotImplementedError
+
+    def compute_loss(self, model, batch, training: bool) -> Tuple[tf.Tensor, Dict[str, tf.Tensor]]:
+        """(per-example loss (B,), {metric name: per-example value (B,)})."""
+        raise NotImplementedError
+
+    def summarize(self, sums: Dict[str, float]) -> Dict[str, float]:
+        """An evaluation's figures from its sums over the whole set ("count": the
+        examples, "loss" and each metric: weighted sums): by default each the
+        mean over the examples. results.json reports these; evaluate prints them."""
+        count = sums.get("count", 0.0)
+        return {"num_examples": int(count), **{k: v / max(count, 1e-9) for k, v in sums.items() if k != "count"}}
+
+    def feature_model(self, model):
+        """A model from images to frozen features for the few-shot linear
+        evaluation, or None if the task has none."""
+        return None
+
+    def export_model(self, model) -> keras.Model:
+        """The model written to <workdir>/model.keras."""
+        return model
+
+    def baseline_feature_model(self, model):
+        """Features of the same architecture at this run's random
+        initialisation, evaluated beside `feature_model` as a baseline
+        (results.json "fewshot_random_init"), or None."""
+        return None
+
+    def serving_outputs(self, model, images) -> Dict[str, tf.Tensor]:
+        """What an export of `model` (export_model's) serves for `images` as the
+        model takes them: {output name: (B, ...) tensor}. A classifier's export
+        has its own signatures (probabilities, top-k labels); a Task whose
+        model is not a classifier names its outputs here."""
+        outputs = model(images, training=False)
+        return outputs if isinstance(outputs, dict) else {"outputs": outputs}
+
+    def describe(self, figures: Dict[str, float]) -> str:
+        """One line of an evaluation's figures, as `keras-vit evaluate` prints them."""
+        return ", ".join(f"{k} {v:.4g}" for k, v in figures.items() if k != "num_examples")

@@ -1,0 +1,153 @@
+"""list:TRAIN.csv[,EVAL.csv] whose header names fields beyond the image and its label: one
+example a row, each field a column (keras_vit.tasks.fields):
+
+    image,mask                      # or path,label,mask / image,depth / image,text ...
+    photos/0001.jpg,masks/0001.png
+
+An image, mask or depth column holds a file path (relative to the list); a mask is a
+one-channel image of class ids (PNG mode L, P or I), a depth map a one-channel PNG
+(8 or 16 bit) of the same size as its image; a text column holds the text itself. Without
+EVAL, every 10th row is held out. Without a label column, --num-classes gives the classes a
+mask's ids run over.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import os
+
+import numpy as np
+import tensorflow as tf
+
+from keras_vit import images as images_lib
+from keras_vit.errors import UserError
+from keras_vit.training.sources.source import HELD_OUT_EVERY, DecodeProblems, table_source
+from keras_vit.utils import storage
+
+IMAGE_COLUMNS = ("path", "file", "filename", "image")
+FILE_KINDS = ("mask", "depth")  # columns of file paths, read as one-channel maps
+
+
+def is_fielded(path) -> bool:
+    """Whether a CSV list's header names a column other than the image's and the label's."""
+    if path.lower().endswith(".json") or not storage.isfile(path):
+        return False
+    first = next(csv.reader(io.StringIO(storage.read_text(path))), [])
+    names = [cell.strip().lower() for cell in first]
+    return bool(names) and names[0] in IMAGE_COLUMNS and any(n not in IMAGE_COLUMNS + ("label",) for n in names[1:])
+
+
+def _table(path):
+    """(column names, rows as lists of cells) of a CSV list with a header; paths made absolute."""
+    reader = csv.reader(io.StringIO(storage.read_text(path)))
+    header = [cell.strip().lower() for cell in next(reader)]
+    rows = [[cell.strip() for cell in row] for row in reader if row and any(cell.strip() for cell in row)]
+    for number, row in enumerate(rows, 2):
+        if len(row) != len(header):
+            raise UserError(f"list:{path}: line {number} has {len(row)} cells and the header {len(header)} "
+                            f"({','.join(header)}): give every row a value for each column.")
+    return header, rows
+
+
+def fielded_list_source(config, spec, kinds):
+    """The Source of list:TRAIN[,EVAL] with field columns; `kinds`: {field: FieldKind} of the Task
+    (its fields the list does not have are left for the plan to name)."""
+    name, problems = f"list:{spec}", DecodeProblems()
+    files = spec.split(",")
+    tables = [_table(f) for f in files]
+    header = tables[0][0]
+    if any(table[0] != header for table in tables[1:]):
+        raise UserError(f"{name}: the two lists have different columns: give both the same header.")
+    columns = {"image": 0, **{n: i for i, n in enumerate(header) if i and n in kinds and n != "image"}}
+    if "label" in header:
+        columns["label"] = header.index("label")
+    bases = [storage.dirname(storage.abspath(f)) for f in files]
+    splits = [_columns(rows, columns, base, kinds) for (_, rows), base in zip(tables, bases)]
+    if len(splits) == 1:
+        held = np.arange(len(splits[0]["image"])) % HELD_OUT_EVERY == HELD_OUT_EVERY - 1
+        splits = [{k: v[~held] for k, v in splits[0].items()}, {k: v[held] for k, v in splits[0].items()}]
+    num_classes = _num_classes(config, name, splits, columns)
+    order = list(columns)
+    return table_source(
+        {split: tuple(table[c] for c in order) for split, table in zip(("train", "eval"), splits)},
+        name=name, num_classes=num_classes, num_channels=3, image_size=None, train_split="train",
+        eval_split="eval", decode=_decoder(order, kinds, name, config.strict_data, problems), problems=problems,
+        fields=tuple(order))
+
+
+def _columns(rows, columns, base, kinds):
+    def located(p):
+        return p if storage.is_remote(p) or os.path.isabs(p) else storage.join(base, p)
+
+    out = {}
+    for field, index in columns.items():
+        cells = [row[index] for row in rows]
+        if field == "label":
+            out[field] = np.array([int(c) for c in cells], np.int32)
+        elif field == "image" or kinds[field].name in FILE_KINDS:
+            out[field] = np.array([os.fsencode(located(c)) for c in cells], dtype=bytes)
+        else:
+            out[field] = np.array([c.encode("utf-8") for c in cells], dtype=bytes)
+    return out
+
+
+def _num_classes(config, name, splits, columns):
+    if "label" in columns:
+        return int(config.num_classes or 1 + max(int(s["label"].max()) for s in splits if len(s["label"])))
+    if not config.num_classes:
+        raise UserError(f"{name} has no label column, so the classes are not known: give --num-classes N "
+                        f"(num_classes=N; for masks, the class ids run 0..N-1).")
+    return int(config.num_classes)
+
+
+def read_map(path) -> np.ndarray:
+    """A mask or depth file -> (H, W) float32: the stored values (class ids, depths)."""
+    from PIL import Image
+
+    with Image.open(io.BytesIO(storage.read_bytes(path))) as image:
+        if image.mode not in ("L", "P", "I", "I;16", "I;16B", "F"):
+            raise ValueError(f"a mask or depth map is one channel of values (PNG mode L, P or I); this is {image.mode}")
+        return np.asarray(image, dtype=np.float32) if image.mode != "P" else np.asarray(image).astype(np.float32)
+
+
+def _path(value) -> str:
+    return os.fsdecode(value.item() if isinstance(value, np.ndarray) else value)
+
+
+def _decoder(order, kinds, name, strict, problems):
+    """(row of the columns in `order`) -> ({field: value}, ok): the image by keras_vit.images, each
+    mask or depth file by read_map (the same size as its image), text and labels as they are."""
+    maps = [i for i, f in enumerate(order) if f not in ("image", "label") and kinds[f].name in FILE_KINDS]
+
+    def read(image_path, *map_paths):
+        # bytes in tf.data's graph; 0-d arrays where decode runs eagerly
+        image_path, map_paths = _path(image_path), [_path(p) for p in map_paths]
+        try:
+            image = images_lib.decode(image_path, 3)
+            values = [read_map(p) for p in map_paths]
+            for path, value in zip(map_paths, values):
+                if value.shape != image.shape[:2]:
+                    raise ValueError(f"{path} is {value.shape[1]}x{value.shape[0]} px and its image "
+                                     f"{image.shape[1]}x{image.shape[0]}")
+            return (image, True, *values)
+        except Exception as error:  # noqa: BLE001 - any file of the row that fails makes the example unreadable
+            problems.report(image_path, str(error), strict)
+            return (np.zeros((8, 8, 3), np.uint8), False, *[np.zeros((8, 8), np.float32) for _ in map_paths])
+
+    @tf.autograph.experimental.do_not_convert
+    def decode(raw):
+        out = tf.numpy_function(read, [raw[0]] + [raw[i] for i in maps],
+                                [tf.uint8, tf.bool] + [tf.float32] * len(maps), stateful=False)
+        image, ok, values = out[0], out[1], out[2:]
+        image.set_shape([None, None, 3])
+        ok.set_shape([])
+        example = {"image": image}
+        for i, field in enumerate(order[1:], 1):
+            example[field] = tf.cast(raw[i], tf.int32) if field == "label" else raw[i]
+        for i, value in zip(maps, values):
+            value.set_shape([None, None])
+            example[order[i]] = value
+        return example, ok
+
+    return decode

@@ -1,0 +1,46 @@
+"""A Task with a second field per example, for the tests of the Task interface (not a test
+module): each patch token of the ViT predicts the class of every pixel it covers, so the mask
+must move with every crop and flip of its image. Named on the command line as
+`--task tests.pixel_task:PixelTask`."""
+
+import keras
+import tensorflow as tf
+
+from keras_vit.model import ViT
+from keras_vit.tasks import Task
+from keras_vit.tasks.fields import IGNORE, IMAGE, MASK
+from keras_vit.variants import get_variant
+
+
+class PixelTask(Task):
+    name = "pixel_classes"
+    fields = {"image": IMAGE, "mask": MASK}
+
+    def build_model(self, plan):
+        vit = ViT(get_variant(plan.model), image_size=plan.image_size, num_classes=plan.num_classes,
+                  num_channels=plan.num_channels)
+        patch = vit.config.total_stride
+        rows, cols = plan.image_size[0] // patch, plan.image_size[1] // patch
+        images = keras.Input((*plan.image_size, plan.num_channels), name="images")
+        tokens = vit.backbone(images)[:, vit.num_prefix_tokens:]
+        grid = keras.layers.Reshape((rows, cols, vit.config.hidden_size))(tokens)
+        logits = keras.layers.Dense(plan.num_classes, dtype="float32", name="pixel_head")(grid)
+        logits = keras.layers.UpSampling2D(patch, name="to_pixels")(logits)
+        return keras.Model(images, logits, name="pixel_" + vit.name)
+
+    def compute_loss(self, model, batch, training):
+        logits = tf.cast(model(batch["image"], training=training), tf.float32)  # (B, H, W, K)
+        mask = batch["mask"]
+        known = tf.cast(mask != IGNORE, tf.float32)
+        per_pixel = tf.nn.sparse_softmax_cross_entropy_with_logits(tf.where(mask == IGNORE, 0, mask), logits)
+        count = tf.maximum(tf.reduce_sum(known, axis=[1, 2]), 1.0)
+        hits = tf.cast(tf.argmax(logits, -1, output_type=tf.int32) == mask, tf.float32) * known
+        loss = tf.reduce_sum(per_pixel * known, axis=[1, 2]) / count
+        return loss, {"pixel_accuracy": tf.reduce_sum(hits, axis=[1, 2]) / count}
+
+    def serving_outputs(self, model, images):
+        logits = model(images, training=False)
+        return {"mask": tf.argmax(logits, -1, output_type=tf.int32), "probabilities": tf.nn.softmax(logits)}
+
+    def describe(self, figures):
+        return f"pixel accuracy {figures['pixel_accuracy']:.2%}, loss {figures['loss']:.4f}"
