@@ -7,7 +7,7 @@ import keras
 import tensorflow as tf
 
 from keras_vit.model import ViT
-from keras_vit.tasks import Task
+from keras_vit.tasks import PatchGridModel, Task
 from keras_vit.tasks.fields import IGNORE, IMAGE, MASK
 from keras_vit.variants import get_variant
 
@@ -15,18 +15,15 @@ from keras_vit.variants import get_variant
 class PixelTask(Task):
     name = "pixel_classes"
     fields = {"image": IMAGE, "mask": MASK}
+    adapts_encoder = True  # its ViT is whole in the model: LoRA adapts it, the head trains in full
 
     def build_model(self, plan):
-        vit = ViT(get_variant(plan.model), image_size=plan.image_size, num_classes=plan.num_classes,
+        vit = ViT(get_variant(plan.model), image_size=plan.image_size, include_top=False,
                   num_channels=plan.num_channels)
-        patch = vit.config.total_stride
-        rows, cols = plan.image_size[0] // patch, plan.image_size[1] // patch
-        images = keras.Input((*plan.image_size, plan.num_channels), name="images")
-        tokens = vit.backbone(images)[:, vit.num_prefix_tokens:]
-        grid = keras.layers.Reshape((rows, cols, vit.config.hidden_size))(tokens)
-        logits = keras.layers.Dense(plan.num_classes, dtype="float32", name="pixel_head")(grid)
-        logits = keras.layers.UpSampling2D(patch, name="to_pixels")(logits)
-        return keras.Model(images, logits, name="pixel_" + vit.name)
+        head = keras.Sequential([keras.layers.Dense(plan.num_classes, dtype="float32", name="pixel_logits"),
+                                 keras.layers.UpSampling2D(vit.config.total_stride, name="to_pixels")],
+                                name="pixel_head")
+        return PatchGridModel(vit, head, name="pixel_" + vit.name)
 
     def compute_loss(self, model, batch, training):
         logits = tf.cast(model(batch["image"], training=training), tf.float32)  # (B, H, W, K)

@@ -2,6 +2,7 @@
 affine, translation and geometric RandAugment op of its image, and a Task with a mask per
 example (tests/pixel_task.py) trains from a list: with a mask column and resumes bitwise."""
 
+import json
 import os
 import subprocess
 import sys
@@ -104,31 +105,154 @@ def test_the_plan_refuses_mixing_a_mask_and_names_missing_fields(mask_list):
         plan_lib.resolve(config, open_source(config), task=PixelTask())
 
 
-def _train(mask_list, workdir, steps):
-    command = [sys.executable, "-m", "keras_vit_cli", "train", "--task", "tests.pixel_task:PixelTask",
-               "--dataset", f"list:{mask_list}", "--num-classes", "3", "--model", "Nano/4", "--image-size", "28",
-               "--steps", str(steps), "--batch-size", "8", "--checkpoint-every", "2", "--workdir", str(workdir),
-               "--recipe", "scratch", "--no-progress", "--no-jit", "--eval-batch-size", "8"]
-    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=600,
-                          env={**os.environ, "PYTHONPATH": ROOT})
+def _cli(*args):
+    done = subprocess.run([sys.executable, "-m", "keras_vit_cli", *map(str, args)], cwd=ROOT, capture_output=True,
+                          text=True, timeout=600, env={**os.environ, "PYTHONPATH": ROOT})
     assert done.returncode == 0, done.stderr[-3000:]
     return done
 
 
-@pytest.mark.slow
-def test_a_mask_task_trains_and_resumes_bitwise_through_the_cli(mask_list, tmp_path):
-    whole = _train(mask_list, tmp_path / "whole", 4)
-    _train(mask_list, tmp_path / "halves", 2)
-    _train(mask_list, tmp_path / "halves", 4)
-    for a, b in zip(weights_of(tmp_path / "whole" / "model.keras"), weights_of(tmp_path / "halves" / "model.keras")):
-        np.testing.assert_array_equal(a, b)
-    import json
+def _train(mask_list, workdir, steps):
+    return _cli("train", "--task", "tests.pixel_task:PixelTask", "--dataset", f"list:{mask_list}", "--num-classes",
+                "3", "--model", "Nano/4", "--image-size", "28", "--steps", steps, "--batch-size", "8",
+                "--checkpoint-every", "2", "--workdir", workdir, "--recipe", "scratch", "--no-progress", "--no-jit",
+                "--eval-batch-size", "8", "--train-augment", "inception_crop_flip")
 
-    results = json.loads((tmp_path / "whole" / "results.json").read_text())
+
+@pytest.fixture(scope="module")
+def mask_runs(mask_list, tmp_path_factory):
+    """A run of the pixel Task straight to step 4, and one stopped at 2 and resumed to 4."""
+    root = tmp_path_factory.mktemp("mask_runs")
+    whole = _train(mask_list, root / "whole", 4)
+    _train(mask_list, root / "halves", 2)
+    _train(mask_list, root / "halves", 4)
+    return root, whole
+
+
+@pytest.mark.slow
+def test_a_mask_task_trains_and_resumes_bitwise_through_the_cli(mask_runs):
+    root, whole = mask_runs
+    for a, b in zip(weights_of(root / "whole" / "model.keras"), weights_of(root / "halves" / "model.keras")):
+        np.testing.assert_array_equal(a, b)
+    results = json.loads((root / "whole" / "results.json").read_text())
     assert results["plan"]["task"] == "tests.pixel_task:PixelTask"
     assert results["plan"]["fields"] == {"image": "image", "mask": "mask"}
     assert 0.0 <= results["eval"]["pixel_accuracy"] <= 1.0 and results["eval"]["num_examples"] == 3
-    assert "pixel_accuracy" in whole.stdout
+    assert "eval pixel accuracy" in whole.stdout and '"pixel_accuracy"' in whole.stdout
+
+
+@pytest.mark.slow
+def test_evaluate_and_predict_read_the_run_s_task(mask_runs, mask_list):
+    import keras
+
+    import keras_vit  # noqa: F401  (registers the layers model.keras holds)
+
+    run = mask_runs[0] / "whole"
+    figures = json.loads(_cli("evaluate", run, mask_list, "--json").stdout)
+    assert figures["task"] == "pixel_classes" and figures["num_examples"] == 30  # every row of the list
+    # The same figures by hand: the model's argmax against each mask, resized as the run evaluated.
+    model = keras.models.load_model(run / "model.keras")
+    folder = os.path.dirname(mask_list)
+    hits = []
+    for i in range(30):
+        image = np.asarray(Image.open(os.path.join(folder, f"{i}.png")), np.float32) / 127.5 - 1.0
+        mask = np.asarray(Image.open(os.path.join(folder, f"{i}_mask.png")))
+        hits.append(np.mean(np.argmax(model(image[None]), -1)[0] == mask))
+    assert figures["pixel_accuracy"] == pytest.approx(np.mean(hits), abs=1e-5)
+    lines = _cli("predict", run, os.path.join(folder, "0.png")).stdout.splitlines()
+    assert lines[0].endswith("0.png") and lines[1].strip().startswith("mask 28x28 (")
+    predicted = json.loads(_cli("predict", run, os.path.join(folder, "0.png"), "--json").stdout)
+    image = np.asarray(Image.open(os.path.join(folder, "0.png")), np.float32) / 127.5 - 1.0
+    np.testing.assert_array_equal(predicted["mask"], np.argmax(model(image[None]), -1)[0])
+
+
+@pytest.mark.slow
+def test_export_serves_the_task_s_outputs_from_a_fresh_process(mask_runs, mask_list, tmp_path):
+    run, out = mask_runs[0] / "whole", tmp_path / "exports"
+    done = _cli("export", run, "--out", out, "--data", os.path.dirname(mask_list))
+    assert "saved_model" in done.stdout and (out / "whole" / "1" / "saved_model.pb").exists()
+    refused = subprocess.run([sys.executable, "-m", "keras_vit_cli", "export", str(run), "--out", str(tmp_path / "x"),
+                              "--formats", "tflite"], cwd=ROOT, capture_output=True, text=True, timeout=300,
+                             env={**os.environ, "PYTHONPATH": ROOT})
+    assert refused.returncode == 2 and "exports as saved_model only" in refused.stderr
+    script = f"""
+import json, sys, numpy as np, tensorflow as tf
+from PIL import Image
+served = tf.saved_model.load({str(out / "whole" / "1")!r})
+pixels = np.asarray(Image.open({os.path.join(os.path.dirname(mask_list), "0.png")!r}), np.float32)[None]
+encoded = open({os.path.join(os.path.dirname(mask_list), "0.png")!r}, "rb").read()
+a = served.signatures["serving_default"](images=tf.constant(pixels))
+b = served.signatures["serving_bytes"](image_bytes=tf.constant([encoded]))
+print(json.dumps({{"mask": a["mask"].numpy().tolist(), "bytes_mask": b["mask"].numpy().tolist(),
+                  "probabilities": a["probabilities"].numpy().tolist()}}))
+"""
+    fresh = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert fresh.returncode == 0, fresh.stderr[-2000:]
+    served = json.loads(fresh.stdout.splitlines()[-1])
+    import keras
+
+    import keras_vit  # noqa: F401
+
+    model = keras.models.load_model(run / "model.keras")
+    image = np.asarray(Image.open(os.path.join(os.path.dirname(mask_list), "0.png")), np.float32) / 127.5 - 1.0
+    logits = np.asarray(model(image[None]))
+    np.testing.assert_allclose(served["probabilities"], tf.nn.softmax(logits).numpy(), atol=1e-5)
+    np.testing.assert_array_equal(served["mask"], np.argmax(logits, -1))
+    np.testing.assert_array_equal(served["bytes_mask"], served["mask"])
+
+
+@pytest.mark.slow
+def test_lora_and_layer_decay_adapt_the_encoder_of_a_task_with_its_own_head(digits_run, mask_list, tmp_path, capsys):
+    import keras
+
+    from keras_vit.training import train
+
+    config = TrainConfig.create("finetune", weights=str(digits_run), dataset=f"list:{mask_list}", num_classes=3,
+                                image_size=28, steps=2, batch_size=8, workdir=str(tmp_path / "lora"), lora_rank=2,
+                                layer_decay=0.75, progress=False, jit_compile=False, strategy="default",
+                                eval_batch_size=8, checkpoint_every=2, warmup_steps=0)
+    results = train(config, task=PixelTask())
+    assert "the run's model has a head of its own (pixel_vit), which starts anew" in capsys.readouterr().out
+    # The ViT's LoRA factors and the pixel head train; the base, its channel converted, stays.
+    head = 32 * 3 + 3  # Nano's width 32 -> 3 classes
+    assert results["parameters"]["trainable"] == head + 2 * 2 * (32 + 32)  # rank 2 on query and value, one block
+    assert "adapter_path" not in results  # the head is outside the ViT: model.keras is the run's model
+    kept = keras.models.load_model(tmp_path / "lora" / "model.keras")
+    assert kept.vit.config.lora_rank == 0 and kept.vit.num_channels == 1  # merged; the weights' channel
+
+
+def _mask_arrays(n, rng, side=28):
+    masks = np.zeros((n, side, side), np.int32)
+    for mask, cut in zip(masks, rng.integers(6, side - 6, size=n)):
+        mask[:, cut:] = 1
+    return COLOURS[masks].astype(np.float32), masks
+
+
+@pytest.mark.slow
+def test_a_dataset_of_dicts_gives_the_task_its_fields(tmp_path):
+    from keras_vit.training import train
+
+    rng = np.random.default_rng(1)
+    images, masks = _mask_arrays(40, rng)
+    fixed = tf.data.Dataset.from_tensor_slices({"image": images, "mask": masks, "caption": ["a"] * 40})
+
+    def varying():  # two sizes: the spatial fields travel serialized
+        for i in range(40):
+            side = 28 if i % 2 else 35
+            image, mask = _mask_arrays(1, rng, side)
+            yield {"image": image[0], "mask": mask[0]}
+
+    ragged = tf.data.Dataset.from_generator(varying, output_signature={
+        "image": tf.TensorSpec((None, None, 3), tf.float32), "mask": tf.TensorSpec((None, None), tf.int32)})
+    for name, dataset in (("fixed", fixed), ("varying", ragged)):
+        config = TrainConfig.create("scratch", model=TINY.replace(patch_size=4), num_classes=2, image_size=28,
+                                    steps=2, batch_size=8, workdir=str(tmp_path / name), progress=False,
+                                    jit_compile=False, strategy="default", eval_batch_size=8, checkpoint_every=2,
+                                    train_augment="inception_crop_flip")
+        results = train(config, task=PixelTask(), dataset=dataset)
+        assert results["eval"]["num_examples"] == 4 and results["plan"]["fields"]["mask"] == "mask", name
+    with pytest.raises(UserError, match="without a .label.: give num_classes=N"):
+        plan_lib.plan_run(config.replace(num_classes=None), tf.distribute.get_strategy(), PixelTask(), fixed)
 
 
 def test_the_tasks_old_address_still_imports():

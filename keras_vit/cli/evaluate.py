@@ -9,6 +9,12 @@ and resized to the model's size as predict reads them (a NaFlex model, SigLIP2's
 at its own aspect ratio within --max-num-patches, in padded batches). A folder's classes
 are matched to the model's by name (by position where the model has no
 names), so a folder holding some of the model's classes is measured on them.
+
+A run of a Task whose model is not a classifier (keras_vit.tasks: a mask per
+pixel, ...) is measured by that Task: DATA is data as `keras-vit train` takes it
+with the Task's fields (a list: CSV, or the path of one, every row measured),
+decoded and resized as the run's evaluation was, and the figures are the
+Task's own (Task.summarize), printed in its words (Task.describe).
 """
 
 from __future__ import annotations
@@ -41,6 +47,11 @@ def run(args):
     from keras_vit.inspection.cli_predict import open_sized
     from keras_vit.inspection.predict import naflex_sizing
 
+    from keras_vit.tasks import run_task
+
+    task = run_task(args.model)
+    if task is not None:
+        return _task_run(args, task)
     _check_data_exists(args.data)  # before the model loads
     source, size = open_sized(args)
     model = source.model
@@ -66,6 +77,54 @@ def run(args):
     else:
         _print(figures, source.description)
     return 0
+
+
+def _task_run(args, task) -> int:
+    """Evaluates a run of a Task that is not a classifier on DATA with the run's own plan of
+    decoding and resizing; prints the Task's figures."""
+    import dataclasses
+
+    import tensorflow as tf
+
+    from keras_vit import runs
+    from keras_vit.config import ViTConfig
+    from keras_vit.errors import UserError
+    from keras_vit.training import TrainConfig, data as data_lib, plan as plan_lib
+
+    workdir = runs.workdir_of(args.model)
+    settings = runs.read_config(workdir)
+    run_plan = settings.pop("plan")
+    config = TrainConfig.from_dict(settings).replace(
+        dataset=_whole_data(args.data), eval_batch_size=args.batch_size, progress=False)
+    source = data_lib.open_source(config, fields=task.fields)
+    plan = plan_lib.resolve(config, source, task=task, model=ViTConfig.from_dict(run_plan["model"]))
+    plan = dataclasses.replace(plan, num_channels=int(run_plan["num_channels"]))
+    model = runs.load_model(workdir)
+    batches = data_lib.eval_dataset(source, plan, plan.eval_steps, tf.distribute.InputContext())
+    sums = tf.function(lambda batch: task.weighted_sums(model, batch), autograph=False)
+    totals = {}
+    for batch in batches:
+        for name, value in sums(batch).items():
+            totals[name] = totals.get(name, 0.0) + float(value)
+    if not totals.get("count"):
+        raise UserError(f"None of the examples of {args.data} could be read.")
+    figures = {"model": str(args.model), "data": str(args.data), "task": task.name, **task.summarize(totals)}
+    if args.json:
+        print(json.dumps(figures, indent=2))
+    else:
+        print(f"{workdir} ({task.name}) on {figures['num_examples']} examples of {args.data}: {task.describe(figures)}")
+    return 0
+
+
+def _whole_data(spec: str) -> str:
+    """DATA as a dataset whose evaluation split is all of it: a list file (list:FILE, or FILE.csv)
+    is its own evaluation split (list:FILE,FILE); any other spec as train takes it."""
+    spec = str(spec)
+    if spec.startswith("list:") and "," not in spec:
+        spec = spec[len("list:"):]
+    if spec.lower().endswith((".csv", ".json")):
+        return f"list:{spec},{spec}"
+    return spec
 
 
 def _check_data_exists(spec) -> None:

@@ -148,6 +148,12 @@ def export(model_or_path, formats=None, out="exports", *, validation_data=None, 
     Returns:
         The report (also written to `<out>/report.json`).
     """
+    task = _run_task(model_or_path)
+    if task is not None:  # a run of a Task whose model is not a classifier: its own outputs
+        from keras_vit.export.task_export import export_task_run
+
+        return export_task_run(model_or_path, task, formats, out, validation_data=validation_data, name=name,
+                               version=version, overwrite=overwrite, verbose=verbose)
     exporter = Exporter(formats, out, validation_data=validation_data, calibration_data=calibration_data,
                         version=version, top_k=top_k, num_validation=num_validation,
                         num_calibration=num_calibration, latency_runs=latency_runs, thresholds=thresholds,
@@ -459,6 +465,18 @@ class Exporter:
             "out": self.out,
             "report_path": os.path.join(self.out, REPORT_FILE) if install else None,
         }
+
+
+def _run_task(model_or_path):
+    """The Task of a run folder (or its model.keras) whose model is not a classifier, else None."""
+    import keras
+
+    from keras_vit.tasks import run_task
+    from keras_vit.utils import storage
+
+    if isinstance(model_or_path, keras.Model) or not storage.exists(os.fspath(model_or_path)):
+        return None
+    return run_task(model_or_path)
 
 
 def naflex_budget(model, max_num_patches=None) -> Optional[int]:

@@ -63,7 +63,12 @@ def open_sized(args):
 
 
 def run(args):
-    from keras_vit.inspection.predict import folders_without_images, nothing_read, predict_files
+    from keras_vit.inspection.predict import folders_without_images, nothing_read, predict_files, predict_task
+    from keras_vit.tasks import run_task
+
+    task = run_task(args.model)
+    if task is not None:  # a run of a Task whose model is not a classifier: its outputs, in its words
+        return _print_task(args, task, predict_task)
     source, size = open_sized(args)
     predictions, failures = predict_files(
         source.model, args.images, top_k=args.top, labels=source.labels, batch_size=args.batch_size,
@@ -87,3 +92,23 @@ def run(args):
               f"above); the others were predicted.", file=sys.stderr)
         return 1
     return 0
+
+
+def _print_task(args, task, predict_task) -> int:
+    import numpy as np
+
+    from keras_vit.inspection.predict import folders_without_images, nothing_read
+
+    predictions, failures = predict_task(args.model, task, args.images, batch_size=args.batch_size,
+                                         recursive=args.recursive)
+    failures = folders_without_images(args.images, args.recursive) + failures
+    if not predictions:
+        raise UsageError(nothing_read(failures))
+    for path, outputs in predictions:
+        if args.json:
+            print(json.dumps({"path": path, **{k: np.asarray(v).tolist() for k, v in outputs.items()}}))
+        else:
+            print(f"{path}\n  {task.describe_outputs(outputs)}")
+    for path, reason in failures:
+        print(f"keras-vit predict: skipped {path}: {reason}", file=sys.stderr)
+    return 1 if failures else 0

@@ -73,6 +73,30 @@ class Prediction:
         return dataclasses.asdict(self)
 
 
+def predict_task(path, task, paths, batch_size=32, recursive=False):
+    """The served outputs (Task.serving_outputs) of the run at `path` for image files and folders:
+    ([(file, {output: numpy value})] in input order, [(file, reason)] of files that failed). Each
+    image is resized to the run's size and scaled as it trained."""
+    import tensorflow as tf
+
+    from keras_vit import images as images_lib
+
+    model = runs.load_model(path)
+    height, width = model.vit.image_size
+    channels = int(model.vit.inputs[0].shape[-1])
+    normalization = model.vit.config.pixel_normalization
+    files = find_images(paths, recursive=recursive)
+    predictions, failures = [], []
+    for start in range(0, len(files), batch_size):
+        pixels, read, failed = images_lib.load_images(files[start:start + batch_size], (height, width), channels)
+        failures += failed
+        if read:
+            x = images_lib.normalize(tf.constant(pixels, tf.float32), normalization)
+            outputs = {k: np.asarray(v) for k, v in task.serving_outputs(model, x).items()}
+            predictions += [(file, {k: v[i] for k, v in outputs.items()}) for i, file in enumerate(read)]
+    return predictions, failures
+
+
 def predict_files(model, paths, top_k=5, labels=None, batch_size=32, recursive=False, progress=None,
                   image_size=None, max_num_patches=None):
     """Top-k predictions for image files and folders.

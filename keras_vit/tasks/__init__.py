@@ -4,6 +4,7 @@ serves. The trainer, `keras-vit evaluate` and `keras-vit export` know only the
 `Task` interface (base.py).
 
     fields           the kinds of an example's fields and how each moves with its image
+    token_model      PatchGridModel: a ViT's patch tokens as a grid, read by a Task's own head
     classification   ClassificationTask: softmax cross-entropy over the ViT's head
     masked_patch     MaskedPatchTask: self-supervised masked patch prediction
 
@@ -17,11 +18,14 @@ that `--task NAME` finds it.
 from __future__ import annotations
 
 import importlib
+import os
+from typing import Optional
 
 from keras_vit.errors import UserError
 from keras_vit.tasks.base import ModelPlan, Task
 from keras_vit.tasks.classification import ClassificationTask
 from keras_vit.tasks.masked_patch import MaskedPatchTask
+from keras_vit.tasks.token_model import PatchGridModel
 from keras_vit.tasks.metrics import top_k_hits
 
 TASKS = {task.name: task for task in (ClassificationTask, MaskedPatchTask)}
@@ -59,6 +63,25 @@ def task_class(name: str):
     return found
 
 
+def run_task(path) -> Optional[Task]:
+    """The Task a run folder (or its model.keras) trained, where its model is not a classifier
+    (Task.exports_classifier false): what `keras-vit evaluate`, `predict` and `export` read it by.
+    None for a classifier's run, and for anything that is not a run."""
+    from keras_vit import runs
+    from keras_vit.runs.folder import CONFIG_FILE
+    from keras_vit.utils import storage
+
+    path = os.fspath(path)
+    if not storage.exists(path):  # a name (hf:ORG/NAME, B/16): no run
+        return None
+    workdir = runs.workdir_of(path)
+    if not runs.is_run_folder(workdir) or not storage.exists(storage.join(workdir, CONFIG_FILE)):
+        return None
+    name = (runs.read_config(workdir).get("plan") or {}).get("task", ClassificationTask.name)
+    task = task_class(name)
+    return None if task.exports_classifier else task()
+
+
 def task_name(task: Task) -> str:
     """What a run records of its Task, so that evaluate and export find it again: a name of
     TASKS, else its import path (package.module:Class)."""
@@ -67,5 +90,5 @@ def task_name(task: Task) -> str:
     return f"{type(task).__module__}:{type(task).__qualname__}"
 
 
-__all__ = ["RECIPE_TASKS", "TASKS", "ClassificationTask", "MaskedPatchTask", "ModelPlan", "Task", "make_task", "task_class",
-           "task_name", "top_k_hits"]
+__all__ = ["RECIPE_TASKS", "TASKS", "ClassificationTask", "MaskedPatchTask", "ModelPlan", "PatchGridModel", "Task", "make_task", "task_class",
+           "run_task", "task_name", "top_k_hits"]

@@ -23,6 +23,7 @@ import dataclasses
 from typing import Any, Dict, Tuple
 
 import keras
+import numpy as np
 import tensorflow as tf
 
 from keras_vit.tasks.fields import CLASSIFICATION_FIELDS, FieldKind
@@ -49,6 +50,9 @@ class Task:
     adapts_encoder = False
     # Whether a transformers base is read as its family's image classifier (a new head, its pooling).
     reads_classifier_head = False
+    # Whether the run's model.keras is a ViT classifier (predict, evaluate and export read it as one);
+    # otherwise they read the run's Task: its fields, its figures, its served outputs.
+    exports_classifier = False
 
     @classmethod
     def from_train_config(cls, config) -> "Task":
@@ -65,6 +69,17 @@ class Task:
         """(per-example loss (B,), {metric name: per-example value (B,)})."""
         raise NotImplementedError
 
+    def weighted_sums(self, model, batch) -> Dict[str, tf.Tensor]:
+        """One evaluation batch's sums: "loss" and each metric weighted by the examples'
+        "weight" (0 for padding and unreadable files), and "count". The trainer's
+        evaluation and `keras-vit evaluate` both sum these over the set, then `summarize`."""
+        per_example_loss, metrics = self.compute_loss(model, batch, training=False)
+        weight = tf.cast(batch["weight"], tf.float32)
+        sums = {"loss": tf.reduce_sum(tf.cast(per_example_loss, tf.float32) * weight),
+                "count": tf.reduce_sum(weight)}
+        sums.update({k: tf.reduce_sum(tf.cast(v, tf.float32) * weight) for k, v in metrics.items()})
+        return sums
+
     def summarize(self, sums: Dict[str, float]) -> Dict[str, float]:
         """An evaluation's figures from its sums over the whole set ("count": the
         examples, "loss" and each metric: weighted sums): by default each the
@@ -78,8 +93,11 @@ class Task:
         return None
 
     def export_model(self, model) -> keras.Model:
-        """The model written to <workdir>/model.keras."""
-        return model
+        """The model written to <workdir>/model.keras: a PatchGridModel's float32 copy with
+        LoRA's updates merged (PatchGridModel.exported); any other model as it is."""
+        from keras_vit.tasks.token_model import PatchGridModel
+
+        return model.exported() if isinstance(model, PatchGridModel) else model
 
     def baseline_feature_model(self, model):
         """Features of the same architecture at this run's random
@@ -94,6 +112,20 @@ class Task:
         model is not a classifier names its outputs here."""
         outputs = model(images, training=False)
         return outputs if isinstance(outputs, dict) else {"outputs": outputs}
+
+    def describe_outputs(self, outputs: Dict[str, Any]) -> str:
+        """One line of one image's served outputs (numpy), as `keras-vit predict` prints it:
+        a map of class ids by the share of each class, any other output by its shape."""
+        parts = []
+        for key, value in outputs.items():
+            value = np.asarray(value)
+            if np.issubdtype(value.dtype, np.integer) and value.ndim == 2:
+                ids, counts = np.unique(value, return_counts=True)
+                shares = ", ".join(f"{i}: {c / value.size:.0%}" for i, c in sorted(zip(ids, counts), key=lambda t: -t[1]))
+                parts.append(f"{key} {value.shape[1]}x{value.shape[0]} ({shares})")
+            else:
+                parts.append(f"{key} {'x'.join(map(str, value.shape)) or 'scalar'}")
+        return "; ".join(parts)
 
     def describe(self, figures: Dict[str, float]) -> str:
         """One line of an evaluation's figures, as `keras-vit evaluate` prints them."""

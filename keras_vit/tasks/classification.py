@@ -50,6 +50,7 @@ class ClassificationTask(Task):
     fields = CLASSIFICATION_FIELDS
     adapts_encoder = True
     reads_classifier_head = True
+    exports_classifier = True
 
     def __init__(self, label_smoothing: float = 0.0, loss: str = "softmax"):
         self.label_smoothing = float(label_smoothing)

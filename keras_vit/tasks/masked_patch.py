@@ -191,6 +191,7 @@ class MaskedPatchTask(Task):
 
     name = "masked_patch"
     fields = {"image": IMAGE}  # labels are never read
+    exports_classifier = True  # model.keras is the ViT alone, its colour head dropped
 
     def __init__(self, corrupt_rate: float = 0.5, mask_rate: float = 0.8, random_rate: float = 0.1,
                  bits: int = COLOUR_BITS):

@@ -199,11 +199,7 @@ class CompiledSteps:
         return table.stack()
 
     def _local_eval(self, batch):
-        per_example_loss, metrics = self.task.compute_loss(self.model, batch, training=False)
-        weight = batch["weight"]
-        sums = {"loss": tf.reduce_sum(tf.cast(per_example_loss, tf.float32) * weight), "count": tf.reduce_sum(weight)}
-        sums.update({k: tf.reduce_sum(tf.cast(v, tf.float32) * weight) for k, v in metrics.items()})
-        return sums
+        return self.task.weighted_sums(self.model, batch)
 
     def _eval_loop(self, iterator, num_steps):
         """Sums over `num_steps` evaluation batches of every replica: {name: scalar}."""

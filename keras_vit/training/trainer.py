@@ -458,7 +458,9 @@ class Trainer:
         if self.plan.config.fewshot_shots:
             results.update(self._few_shot(exported))
         results["model_path"] = runs.save_model(self.plan.config.workdir, exported)
-        if self.plan.model.lora_rank:  # what the run trained, apart from its base (keras_vit.training.load_adapter)
+        # What a classifier's LoRA run trained, apart from its base (keras_vit.training.load_adapter); another
+        # Task's head lies outside the ViT, so its model.keras (LoRA merged) is what the run keeps.
+        if self.plan.model.lora_rank and self.plan.task.exports_classifier:
             vit, workdir, weights = find_vit(self.model), self.plan.config.workdir, _absolute(self.requested.weights)
             results["adapter_path"] = write_adapter(workdir, vit, weights)
             base = peft_base(weights) if vit.pre_logits is None else None

@@ -114,6 +114,9 @@ def apply_weights(model, initial: InitialWeights, head_given: bool = False) -> O
             layer.set_weights(values)
     if initial.dropped_head is None:
         return None
+    if vit is not model and not vit.include_top:  # a Task's own head on the ViT's tokens
+        return (f"the head of the weights ({initial.dropped_head} classes) was dropped: the run's model has a head "
+                f"of its own ({model.name}), which starts anew.")
     return (f"the head of the weights ({initial.dropped_head} classes) was dropped: the run's head "
             f"({vit.num_classes} classes) starts anew (fine-tuning).")
 

@@ -49,7 +49,8 @@ def open_source(config, dataset=None, shard=(0, 1), fields=None) -> Source:
 
     `dataset` (train(config, dataset=...)) is one of:
       * a tf.data.Dataset of (image HWC 0..255, label) pairs or {"image",
-        "label"} dicts, batched or not: every 10th example is held out for
+        "label"} dicts, or dicts of more named fields (a "mask" (H, W), a
+        "text", ...: those the Task reads are kept), batched or not: every 10th example is held out for
         evaluation; the classes are config.num_classes, else its
         `class_names`, else 1 + the largest label (one pass);
       * a (train, eval) pair of such datasets: nothing is held out;
@@ -72,7 +73,7 @@ def open_source(config, dataset=None, shard=(0, 1), fields=None) -> Source:
     every pass (no unseeded shuffle inside it).
     """
     if dataset is not None:
-        return object_source(config, dataset, shard)
+        return object_source(config, dataset, shard, fields)
     spec = config.dataset
     if spec == "mnist5k":
         return mnist5k_source(config)

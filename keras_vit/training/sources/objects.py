@@ -26,8 +26,9 @@ def _unnumbered(index, example):
     return example
 
 
-def object_source(config, dataset, shard) -> Source:
-    """train(config, dataset=...): see open_source."""
+def object_source(config, dataset, shard, fields=None) -> Source:
+    """train(config, dataset=...): see open_source. `fields`: the Task's; a dataset of dicts
+    with keys beyond "image" and "label" gives them (`_fields_source`)."""
     if isinstance(dataset, (tuple, list)) and len(dataset) == 2 and all(isinstance(d, np.ndarray) for d in dataset):
         return _array_source(config, *dataset)
     if isinstance(dataset, (tuple, list)):
@@ -43,6 +44,9 @@ def object_source(config, dataset, shard) -> Source:
     if not isinstance(train, tf.data.Dataset) or (held is not None and not isinstance(held, tf.data.Dataset)):
         raise UserError(f"dataset= must be a tf.data.Dataset of (image, label), a (train, eval) pair of them, or "
                         f"a keras.utils.image_dataset_from_directory dataset; got {type(train).__name__}.")
+    spec = train.element_spec
+    if isinstance(spec, dict) and set(spec) - {"image", "label"}:
+        return _fields_source(config, train, held, fields or {})
     train, held = _examples_of(train), None if held is None else _examples_of(held)
     if held is None:
         # One dataset: every 10th example is held out for evaluation.
@@ -123,3 +127,67 @@ def _examples_of(ds):
     if spec[0].shape.rank == 4:
         ds = ds.unbatch()
     return ds
+
+
+def _fields_source(config, train, held, kinds) -> Source:
+    """A tf.data.Dataset of dicts of named fields ({"image", "mask"}, {"image", "label", "text"},
+    ...), batched or not: the fields the Task reads (`kinds`) are kept; every 10th example
+    held out without `held`. Images of one size travel as they are; of varying sizes, each
+    spatial field as a serialized tensor (so that the stream's shuffle blocks batch)."""
+    if "image" not in train.element_spec:
+        raise UserError(f"dataset= dicts need an \"image\"; these have {', '.join(train.element_spec)}.")
+    order = ["image"] + [k for k in train.element_spec if k != "image" and (k in kinds or k == "label")]
+
+    def rows(ds):
+        if ds.element_spec["image"].shape.rank == 4:
+            ds = ds.unbatch()
+        return ds.map(tf.autograph.experimental.do_not_convert(lambda e: tuple(e[k] for k in order)))
+
+    train, held = rows(train), None if held is None else rows(held)
+    if held is None:
+        numbered = train.enumerate()
+        held = numbered.filter(_is_held_out).map(_unnumbered)
+        train = numbered.filter(_is_kept).map(_unnumbered)
+    datasets = {"train": train, "eval": held}
+    specs = dict(zip(order, train.element_spec))
+    image_spec = specs["image"]
+    if image_spec.shape.rank != 3 or image_spec.shape[-1] is None:
+        raise UserError(f"dataset= \"image\" must be (H, W, C); got shape {image_spec.shape}.")
+    size = tuple(image_spec.shape[:2]) if None not in image_spec.shape[:2] else None
+    spatial = [i for i, k in enumerate(order) if specs[k].shape.rank and specs[k].shape.rank >= 2]
+    sizes = {k: int(v.reduce(np.int64(0), lambda n, _: n + 1)) for k, v in datasets.items()}
+    if "label" in order:
+        label_at = order.index("label")
+        num_classes = config.num_classes or 1 + max(int(v.map(lambda *row: tf.cast(row[label_at], tf.int64)).reduce(
+            np.int64(-1), tf.maximum)) for v in datasets.values())
+    elif config.num_classes:
+        num_classes = config.num_classes
+    else:
+        raise UserError("dataset= dicts without a \"label\": give num_classes=N (for masks, the class ids "
+                        "run 0..N-1).")
+
+    @tf.autograph.experimental.do_not_convert
+    def raw_of(*row):  # varying sizes: the spatial fields serialized
+        return tuple(tf.io.serialize_tensor(v) if i in spatial and size is None else v for i, v in enumerate(row))
+
+    @tf.autograph.experimental.do_not_convert
+    def decode(raw):
+        example = {}
+        for i, name in enumerate(order):
+            value = raw[i]
+            if i in spatial and size is None:
+                value = tf.io.parse_tensor(value, specs[name].dtype)
+                value.set_shape([None] * specs[name].shape.rank)
+            if name == "image":
+                value.set_shape([None, None, image_spec.shape[-1]])
+            example[name] = tf.cast(value, tf.int32) if name == "label" else value
+        return example, tf.constant(True)
+
+    def examples(split, index, count):
+        return datasets[split].shard(count, index).map(raw_of)
+
+    return Source(
+        name="dataset", num_classes=int(num_classes), num_channels=int(image_spec.shape[-1]), image_size=size,
+        sizes=sizes, train_split="train", eval_split="eval", examples=examples, decode=decode,
+        epoch=lambda split, index, count, seed: examples(split, index, count), shuffle_kind="buffer",
+        fields=tuple(order))

@@ -1,0 +1,73 @@
+"""A ViT's patch tokens as a grid, read by a head of a Task's own: the model of every Task whose
+output is not one vector per image (a mask, a depth map, per-patch features).
+
+    model = PatchGridModel(ViT("S/16", image_size=224, include_top=False), head)
+    model(images)  ==  head(tokens)   # tokens: (B, 14, 14, 384), the encoder's patch tokens
+
+The ViT is held whole (`model.vit`), so what reads a ViT's parts finds it: LoRA, layer-wise
+decay, `--weights` (keras_vit.training.transfer.apply_weights) and few-shot features. Its
+read-out and classifier get no gradient here and are frozen (out of the optimizer).
+Saved and loaded as one Keras object (model.keras).
+"""
+
+from __future__ import annotations
+
+import keras
+
+from keras_vit.model import ViT, block_inputs
+from keras_vit.model.lora import merge_lora
+from keras_vit.weights import parts as weight_parts
+
+
+@keras.saving.register_keras_serializable(package="keras_vit")
+class PatchGridModel(keras.Model):
+    """images (B, H, W, C) as the ViT takes them -> head((B, H / p, W / p, D) patch tokens).
+
+    Args:
+        vit: a keras_vit.ViT (its head, if any, is not used).
+        head: a Keras layer on the token grid (its own output: a mask's logits, a depth map).
+    """
+
+    def __init__(self, vit: ViT, head: keras.layers.Layer, **kwargs):
+        super().__init__(**kwargs)
+        self.vit = vit
+        self.head = head
+        rows, cols = vit.grid_size
+        self.head.build((None, rows, cols, vit.config.hidden_size))
+        for unused in weight_parts.layers_in(vit, (weight_parts.READOUT, weight_parts.CLASSIFIER)):
+            unused.trainable = False
+        self.built = True
+
+    def patch_grid(self, images, training=False):
+        """The encoder's patch tokens as (B, rows, cols, D): the prefix tokens (class, registers) off."""
+        vit = self.vit
+        tokens = vit.encoder(vit.embed(images, training=training), training=training,
+                             **block_inputs(images, vit, training))
+        rows, cols = vit.grid_size
+        return keras.ops.reshape(tokens[:, vit.num_prefix_tokens:], (-1, rows, cols, vit.config.hidden_size))
+
+    def call(self, images, training=False):
+        return self.head(self.patch_grid(images, training=training), training=training)
+
+    def exported(self) -> "PatchGridModel":
+        """What a run keeps (model.keras): a float32 copy, whatever precision trained it, with a
+        LoRA run's updates merged into the ViT's kernels (a plain ViT under the same head)."""
+        previous = keras.config.dtype_policy()
+        keras.config.set_dtype_policy("float32")
+        try:
+            copy = type(self).from_config(self.get_config())
+            copy.set_weights(self.get_weights())
+            return type(self)(merge_lora(copy.vit), copy.head, name=self.name)
+        finally:
+            keras.config.set_dtype_policy(previous)
+
+    def get_config(self):
+        return {**super().get_config(), "vit": keras.saving.serialize_keras_object(self.vit),
+                "head": keras.saving.serialize_keras_object(self.head)}
+
+    @classmethod
+    def from_config(cls, config):
+        config = dict(config)
+        vit = keras.saving.deserialize_keras_object(config.pop("vit"))
+        head = keras.saving.deserialize_keras_object(config.pop("head"))
+        return cls(vit, head, **config)
