@@ -252,7 +252,7 @@ def test_a_dataset_of_dicts_gives_the_task_its_fields(tmp_path):
         results = train(config, task=PixelTask(), dataset=dataset)
         assert results["eval"]["num_examples"] == 4 and results["plan"]["fields"]["mask"] == "mask", name
     with pytest.raises(UserError, match="without a .label.: give num_classes=N"):
-        plan_lib.plan_run(config.replace(num_classes=None), tf.distribute.get_strategy(), PixelTask(), fixed)
+        plan_lib.plan_run(config.replace(num_classes=None), PixelTask(), fixed)
 
 
 def test_the_tasks_old_address_still_imports():

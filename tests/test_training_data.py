@@ -9,6 +9,7 @@ import tensorflow as tf
 
 from keras_vit.training import TrainConfig
 from keras_vit.training import data as data_lib
+from keras_vit.training import plan as plan_lib
 from tests.training_helpers import plan_of
 
 PIPELINE = ((28, 28), 1)
@@ -65,7 +66,7 @@ def test_workers_read_disjoint_shards():
 def test_evaluation_is_padded_to_the_same_steps_on_every_worker():
     config = _config()
     source = data_lib.open_source(config)
-    steps = data_lib.eval_steps(source, 96)  # 1000 examples -> 11 steps of 96
+    steps = plan_lib.eval_steps(source, 96)  # 1000 examples -> 11 steps of 96
     batches = [_take(data_lib.eval_dataset(source, plan_of(source, *PIPELINE, eval_batch=96, num_replicas=2), steps,
                                           tf.distribute.InputContext(2, i, 2)), 100)
                for i in range(2)]
@@ -127,7 +128,7 @@ def test_classes_too_small_to_hold_out_an_image_say_why_and_the_fix(tmp_path):
     source = data_lib.open_source(_config(dataset=f"folder:{tmp_path}"))
     with pytest.raises(ValueError, match=r"every 10th image of each class is held out: give each class at least "
                                          r"10 images, or add a val/ folder"):
-        data_lib.eval_steps(source, 8)
+        plan_lib.eval_steps(source, 8)
 
 
 def test_tfrecords_of_encoded_images(tmp_path):

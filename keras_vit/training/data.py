@@ -14,7 +14,6 @@ and "weight" (0 for an example that failed to decode).
 
 from __future__ import annotations
 
-import math
 from typing import Optional
 
 import tensorflow as tf
@@ -30,7 +29,7 @@ from keras_vit.training.sources import (  # noqa: F401
     warn)
 from keras_vit.training.stream import check_stream_mixing  # noqa: F401
 
-__all__ = ["HELD_OUT_EVERY", "Source", "check_stream_mixing", "eval_dataset", "eval_steps", "load_mnist5k",
+__all__ = ["HELD_OUT_EVERY", "Source", "check_stream_mixing", "eval_dataset", "load_mnist5k",
            "mnist5k_path", "model_pixels", "open_source", "plain_dataset", "read_mnist5k",
            "strict_failure", "train_dataset", "warn"]
 
@@ -88,17 +87,6 @@ def _mixed(ds, plan, seed, group_size):
 
     return ds.batch(group_size, drop_remainder=True).map(mixed, num_parallel_calls=AUTOTUNE,
                                                          deterministic=True).unbatch()
-
-
-def eval_steps(source: Source, global_batch: int) -> int:
-    size = source.sizes.get(source.eval_split)
-    if not size:
-        held_out = (f" Without an evaluation split every {HELD_OUT_EVERY}th image of each class is held out: give "
-                    f"each class at least {HELD_OUT_EVERY} images, or add a val/ folder (PATH/train + PATH/val)."
-                    if source.eval_split == "eval" else "")
-        raise UserError(f"{source.name}: the evaluation split {source.eval_split!r} is empty or of unknown size."
-                        + held_out)
-    return math.ceil(size / global_batch)
 
 
 def _decoded(source, plan, raw_example, fields):

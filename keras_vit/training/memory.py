@@ -80,3 +80,27 @@ def ways_out(micro_batch: int) -> str:
             f"{_console.argument('accum_steps', n)} ({n} micro-batches of {smaller} images per replica), "
             f"add {_console.argument('remat')} (about half the activations, for 1.2-1.3x the step time), "
             f"or pick a smaller {_console.either('--model', 'model')}")
+
+
+def what_runs(plan) -> str:
+    """The training step of `plan` in words, for the messages about its memory."""
+    name = plan.config.model if isinstance(plan.config.model, str) else "the model"
+    size = "x".join(str(s) for s in plan.image_size)
+    return (f"a training step of {name} at {size} px, {plan.micro_batch} images per replica "
+            f"at a time ({plan.num_replicas} replica(s)), {plan.precision}")
+
+
+def check_fits(plan) -> None:
+    """Before building: a step far beyond this machine's memory (plan.memory; CPU-only:
+    accelerators report theirs only once used) is refused with the ways out."""
+    import tensorflow as tf
+
+    from keras_vit.errors import UserError
+
+    available = machine_memory()
+    if tf.config.list_logical_devices("GPU") or tf.config.list_logical_devices("TPU") or not available:
+        return
+    if plan.memory.total > REFUSE_ABOVE * available:
+        raise UserError(f"{what_runs(plan)} needs about {gigabytes(plan.memory.total)} (weights, gradients and "
+                        f"optimizer state {gigabytes(plan.memory.state)}, activations {gigabytes(plan.memory.per_image)} "
+                        f"an image); this machine has {gigabytes(available)}: {ways_out(plan.micro_batch)}.")

@@ -1,6 +1,6 @@
 """A run's plan: everything derived from the config, the data and the strategy, resolved once.
 
-    plan = plan_run(config, strategy, task, dataset)     # what the trainer does, once
+    plan = plan_run(config, task, dataset)               # what the trainer does, once
     plan = resolve(config, source, initial_weights, num_replicas=2)
 
 The data pipeline, the compiled steps, the optimizer, the progress report and
@@ -45,6 +45,8 @@ from keras_vit.errors import UserError
 from keras_vit.tasks import Task, make_task, task_class, task_name
 from keras_vit.tasks.fields import kind_names
 from keras_vit.training.config import RECIPES, TrainConfig, with_aug_level
+from keras_vit.training.memory import estimate
+from keras_vit.training.sources.source import HELD_OUT_EVERY
 from keras_vit.variants import get_variant
 
 # train_augment -> its geometric ops, in order (every image ends at the plan's size).
@@ -94,6 +96,14 @@ class Plan:
     warnings: Tuple[str, ...] = ()
     source: Any = dataclasses.field(default=None, compare=False)  # the data (plan_run's; not in config.json)
     initial: Any = dataclasses.field(default=None, compare=False)  # the initial weights, or None (idem)
+    distribution: Any = dataclasses.field(default=None, compare=False)  # the tf.distribute.Strategy (idem)
+    chief: bool = dataclasses.field(default=True, compare=False)  # this process writes the run folder (idem)
+
+    @property
+    def memory(self):
+        """The training step's memory by estimate (keras_vit.training.memory.StepMemory)."""
+        return estimate(self.model, self.image_size, self.num_classes, self.num_channels, self.micro_batch,
+                        self.recipe.optimizer, self.precision, self.remat)
 
     @property
     def fields(self):
@@ -120,7 +130,7 @@ class Plan:
     def to_dict(self) -> dict:
         """JSON-ready: config.json's "plan"."""
         out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
-               if f.name not in ("config", "source", "initial")}
+               if f.name not in ("config", "source", "initial", "distribution", "chief")}
         out["task"] = task_name(self.task)
         out["fields"] = kind_names(self.fields)
         out["model"] = self.model.to_dict()
@@ -135,26 +145,28 @@ class Plan:
         return out
 
 
-def plan_run(config: TrainConfig, strategy, task: Optional[Task] = None, dataset=None, shard=(0, 1)) -> Plan:
-    """The whole run resolved once, for the trainer: the Task (`task`, else the
-    one config asks for), the initial weights, the model config (its refusals
-    before the data opens), the data (config.dataset, or `dataset`; `shard`:
-    this input pipeline of how many), XLA and the strategy's name, then
-    everything `resolve` derives. The plan holds the source and the weights."""
+def plan_run(config: TrainConfig, task: Optional[Task] = None, dataset=None) -> Plan:
+    """The whole run resolved once, for the trainer: the strategy (first:
+    MultiWorkerMirroredStrategy wants to exist before other TF work), this
+    process's input shard and role, the Task (`task`, else the one config asks
+    for), the initial weights, the model config (its refusals before the data
+    opens), the data (config.dataset, or `dataset`), XLA, then everything
+    `resolve` derives (the step's memory among it). The plan holds the
+    strategy, the source and the weights."""
+    from keras_vit.training import strategies
     from keras_vit.training.data import open_source
-    from keras_vit.training.steps import resolve_jit_compile
-    from keras_vit.training.strategies import resolve_name
     from keras_vit.training.transfer import resolve_weights
 
+    distribution = strategies.make_strategy(config.strategy, config.tpu)
+    name, num_replicas, jit_compile, shard, chief = strategies.describe_strategy(config, distribution)
     task = task or make_task(config)
     # A classifier on a transformers base is that family's image classifier (a new head:
     # what its pooling reads), so its peft adapter gives transformers the run's logits.
     initial = resolve_weights(config.weights, new_head=task.reads_classifier_head)
     model = model_config(config, initial, task)
     source = open_source(config, dataset, shard=shard, fields=task.fields)
-    return resolve(config, source, initial, num_replicas=strategy.num_replicas_in_sync, num_input_pipelines=shard[1],
-                   jit_compile=resolve_jit_compile(config, strategy), task=task,
-                   strategy=resolve_name(config.strategy, config.tpu), model=model)
+    plan = _derive(config, source, initial, task, model, num_replicas, shard[1], jit_compile, name)
+    return dataclasses.replace(plan, distribution=distribution, chief=chief)
 
 
 def resolve(config: TrainConfig, source, initial=None, num_replicas: int = 1, num_input_pipelines: int = 1,
@@ -164,12 +176,18 @@ def resolve(config: TrainConfig, source, initial=None, num_replicas: int = 1, nu
     starting from `initial` (keras_vit.training.transfer.resolve_weights' weights,
     or None: from scratch), over `num_replicas` replicas of the `strategy`
     (its resolved name; None: config.strategy as given) with `jit_compile`
-    (keras_vit.training.steps.resolve_jit_compile for that strategy), training
+    (keras_vit.training.strategies.resolve_jit_compile for that strategy), training
     `task` (a Task, a name, or None: the one config asks for). `model`: the
     model config when already resolved (model_config). Raises UserError, one
     line naming the fix, on a bad combination."""
     task = _task(config, task)
     model = model or model_config(config, initial, task)
+    return _derive(config, source, initial, task, model, num_replicas, num_input_pipelines, jit_compile,
+                   strategy or config.strategy)
+
+
+def _derive(config, source, initial, task, model, num_replicas, num_input_pipelines, jit_compile, strategy) -> Plan:
+    """Everything else, from the Task, the model config and the data (resolve's one body)."""
     recipe = with_aug_level(config.recipe, model)
     _check_fields(task, source, recipe)
     train_size = source.sizes.get(source.train_split)
@@ -181,20 +199,31 @@ def resolve(config: TrainConfig, source, initial=None, num_replicas: int = 1, nu
     image_size = _image_size(recipe, source)
     _check_patch_grid(image_size, model, _size_origin(config.recipe, source))
     per_replica = global_batch // num_replicas
-    from keras_vit.training.data import eval_steps  # the sources' rule (it imports TensorFlow: here, not at load)
-
     eval_batch = _eval_batch(config.eval_batch_size or global_batch // config.accum_steps, num_replicas)
+    channels = int(initial.num_channels if initial is not None else source.num_channels)
     return Plan(
         config=dataclasses.replace(config, recipe=recipe), task=task, model=model, image_size=image_size,
-        num_channels=int(initial.num_channels if initial is not None else source.num_channels),
+        num_channels=channels,
         num_classes=int(source.num_classes), num_replicas=num_replicas, num_input_pipelines=num_input_pipelines,
         global_batch=global_batch, per_replica_batch=per_replica, micro_batch=per_replica // config.accum_steps,
         accum_steps=config.accum_steps, eval_batch=eval_batch, eval_steps=eval_steps(source, eval_batch),
         steps_per_loop=config.steps_per_loop or config.log_every, steps=steps, warmup_steps=warmup_steps,
         train_size=train_size, augmentation=augmentation_ops(recipe, model.pixel_normalization),
         mixing=mixing(recipe), jit_compile=bool(jit_compile), precision=config.precision, remat=config.remat,
-        strategy=strategy or config.strategy, shuffle=source.shuffle_kind,
+        strategy=strategy, shuffle=source.shuffle_kind,
         warnings=tuple(_warnings(recipe, train_size)), source=source, initial=initial)
+
+
+def eval_steps(source, global_batch: int) -> int:
+    """Batches of `global_batch` covering the evaluation split (every worker runs as many)."""
+    size = source.sizes.get(source.eval_split)
+    if not size:
+        held_out = (f" Without an evaluation split every {HELD_OUT_EVERY}th image of each class is held out: give "
+                    f"each class at least {HELD_OUT_EVERY} images, or add a val/ folder (PATH/train + PATH/val)."
+                    if source.eval_split == "eval" else "")
+        raise UserError(f"{source.name}: the evaluation split {source.eval_split!r} is empty or of unknown size."
+                        + held_out)
+    return math.ceil(size / global_batch)
 
 
 def _task(config, task) -> Task:
@@ -218,14 +247,13 @@ def _check_fields(task: Task, source, recipe) -> None:
 
 # --- the model ---------------------------------------------------------------------------
 
-def model_config(config: TrainConfig, initial=None, task: Union[Task, str, None] = None) -> ViTConfig:
+def model_config(config: TrainConfig, initial=None, task: Optional[Task] = None) -> ViTConfig:
     """The ViTConfig to build: the variant (or the weights' own architecture)
     with the user's patch size, position embedding and classifier (each
     refused where it contradicts pre-trained weights), the recipe's classifier
     when training from scratch, and the recipe's representation layer and
-    regularisation. `task`: the Task the run trains (or its name; None: the one
-    the config asks for), which the LoRA refusal reads: an injected Task is
-    checked like any other."""
+    regularisation. `task`: the Task the run trains, which the LoRA refusal
+    reads: an injected Task is checked like any other (None: checked as a classifier)."""
     base = _base_model_config(config, initial)
     for field in ("patch_size", "position_embedding", "classifier"):
         base = _chosen(base, field, getattr(config, field), initial)
@@ -243,7 +271,7 @@ def model_config(config: TrainConfig, initial=None, task: Union[Task, str, None]
                         lora_rank=config.lora_rank, lora_alpha=config.lora_alpha, lora_targets=config.lora_targets)
 
 
-def _check_lora(config: TrainConfig, initial, task=None) -> None:
+def _check_lora(config: TrainConfig, initial, task: Optional[Task]) -> None:
     """LoRA adapts pre-trained weights of an encoder: refused from scratch and for a
     Task that trains its whole encoder (Task.adapts_encoder; the model's own checks
     refuse a rank that does not fit)."""
@@ -271,8 +299,7 @@ def _check_lora(config: TrainConfig, initial, task=None) -> None:
         raise UserError(f"{flag} adapts pre-trained weights, and this run has none: add "
                         f"{arg('weights', 'imagenet21k')} (or a checkpoint folder, a run), or train every weight "
                         f"without {flag}.")
-    task = _task(config, task)
-    if not task.adapts_encoder:
+    if task is not None and not task.adapts_encoder:
         raise UserError(f"{flag} fine-tunes a classifier; the {task.name} task trains the whole encoder: drop "
                         f"{flag}, or fine-tune the result of this run with it.")
 

@@ -30,20 +30,9 @@ from typing import Dict, List
 import keras
 import tensorflow as tf
 
+from keras_vit.training.strategies import resolve_jit_compile  # noqa: F401  (its home: the strategy's facts)
+
 SUM = tf.distribute.ReduceOp.SUM
-
-
-def resolve_jit_compile(config, strategy) -> bool:
-    """Whether the per-replica step is XLA-compiled: config.jit_compile when
-    given; by default XLA, except mixed_bfloat16 on a CPU-only machine, where
-    TensorFlow's oneDNN kernels without XLA measured faster
-    (benchmarks/results_training.md). TPUStrategy compiles anyway."""
-    if isinstance(strategy, tf.distribute.TPUStrategy):
-        return False
-    if config.jit_compile is not None:
-        return bool(config.jit_compile)
-    on_cpu_only = not tf.config.list_logical_devices("GPU")
-    return not (config.precision == "mixed_bfloat16" and on_cpu_only)
 
 
 def _compiled(method, **options):

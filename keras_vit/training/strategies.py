@@ -41,6 +41,27 @@ def resolve_name(name: str, tpu=None) -> str:
     return "one_device"
 
 
+def resolve_jit_compile(config, strategy) -> bool:
+    """Whether the per-replica step is XLA-compiled: config.jit_compile when
+    given; by default XLA, except mixed_bfloat16 on a CPU-only machine, where
+    TensorFlow's oneDNN kernels without XLA measured faster
+    (benchmarks/results_training.md). TPUStrategy compiles anyway."""
+    if isinstance(strategy, tf.distribute.TPUStrategy):
+        return False
+    if config.jit_compile is not None:
+        return bool(config.jit_compile)
+    on_cpu_only = not tf.config.list_logical_devices("GPU")
+    return not (config.precision == "mixed_bfloat16" and on_cpu_only)
+
+
+def describe_strategy(config, strategy):
+    """What the plan records of the run's `strategy`: (resolved name, replicas, whether the step
+    is XLA-compiled, this process's input shard (index, count), whether it is the chief)."""
+    name = resolve_name(config.strategy, config.tpu)
+    return (name, strategy.num_replicas_in_sync, resolve_jit_compile(config, strategy), input_shard(strategy),
+            is_chief(strategy))
+
+
 def make_strategy(name: str = "auto", tpu=None) -> tf.distribute.Strategy:
     name = resolve_name(name, tpu)
     if name == "default":
@@ -62,6 +83,19 @@ def make_strategy(name: str = "auto", tpu=None) -> tf.distribute.Strategy:
         tf.tpu.experimental.initialize_tpu_system(resolver)
         return tf.distribute.TPUStrategy(resolver)
     raise UserError(f"Unknown strategy {name!r}.")
+
+
+def input_shard(strategy):
+    """(index, count) of this process among the input pipelines (one per worker): each worker
+    checks only its own part of a folder's files."""
+    if not isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy):
+        return 0, 1
+    resolver = strategy.cluster_resolver
+    cluster = resolver.cluster_spec().as_dict()
+    chiefs = len(cluster.get("chief", []))
+    if resolver.task_type == "chief":
+        return 0, chiefs + len(cluster.get("worker", []))
+    return chiefs + int(resolver.task_id), chiefs + len(cluster.get("worker", []))
 
 
 def is_chief(strategy) -> bool:

@@ -39,7 +39,6 @@ from keras_vit.training.checkpointing import CheckpointManager
 from keras_vit.training.config import TrainConfig, upgraded
 from keras_vit.training.optimization import averaged_weights, make_optimizer, rule_name
 from keras_vit.training.steps import CompiledSteps
-from keras_vit.training.strategies import is_chief, make_strategy
 from keras_vit.tasks import Task, task_name
 from keras_vit.training.transfer import apply_weights, find_vit
 
@@ -127,67 +126,25 @@ class Trainer:
                 self._close_inputs()
 
     def build(self) -> None:
-        """Strategy, data, the run's plan, model, optimizer, compiled steps, checkpoint manager."""
+        """The run's plan (strategy, Task, weights, data), then model, optimizer, compiled steps."""
         config = self.requested
-        # MultiWorkerMirroredStrategy wants to exist before other TF work.
-        self.strategy = make_strategy(config.strategy, config.tpu)
+        # From here on the run reads the plan and nothing else: the strategy, the Task, the weights, the
+        # data, the model, XLA resolved once (its config holds the resolved recipe).
+        self.plan = plan_lib.plan_run(config, self.injected_task, self.dataset)
+        self.strategy, self.chief = self.plan.distribution, self.plan.chief
         if config.deterministic:
             tf.config.experimental.enable_op_determinism()
         keras.utils.set_random_seed(config.seed)
-        self.chief = is_chief(self.strategy)
-        # From here on the run reads the plan and nothing else: the Task, the weights, the data,
-        # the model, XLA and the strategy resolved once (its config holds the resolved recipe).
-        self.plan = plan_lib.plan_run(config, self.strategy, self.injected_task, self.dataset, self._input_shard())
-        if self.chief:  # before anything is refused or built: they may explain it
+        if self.chief:  # before anything is built: they may explain what follows
             for warning in self.plan.warnings:
                 data_lib.warn(warning)
         if self.plan.initial is not None and self.plan.initial.num_channels != self.plan.source.num_channels:
             # Not an error (images are converted), but what ran must be visible.
             print(f"keras-vit train: the images have {self.plan.source.num_channels} channel(s); the pre-trained "
                   f"weights take {self.plan.initial.num_channels}: images are converted.", flush=True)
-        self._check_memory()
+        memory_lib.check_fits(self.plan)  # refused with the ways out, before anything is built
         self._build_model()
         self.compiled = CompiledSteps(self.strategy, self.model, self.optimizer, self.plan.task, self.plan)
-        self.manager = CheckpointManager(config.workdir, self._fingerprint(), write=self.chief,
-                                         keep=config.keep_checkpoints)
-
-    def _input_shard(self):
-        """(index, count) of this process among the input pipelines (one per
-        worker): each worker checks only its own part of a folder's files."""
-        if not isinstance(self.strategy, tf.distribute.MultiWorkerMirroredStrategy):
-            return 0, 1
-        resolver = self.strategy.cluster_resolver
-        cluster = resolver.cluster_spec().as_dict()
-        chiefs = len(cluster.get("chief", []))
-        if resolver.task_type == "chief":
-            return 0, chiefs + len(cluster.get("worker", []))
-        return chiefs + int(resolver.task_id), chiefs + len(cluster.get("worker", []))
-
-    def _check_memory(self) -> None:
-        """Before building: a step far beyond this machine's memory (CPU-only:
-        accelerators report theirs only once used) is refused with the ways out."""
-        plan = self.plan
-        self.memory = memory_lib.estimate(
-            plan.model, plan.image_size, plan.num_classes, plan.num_channels, plan.micro_batch,
-            plan.recipe.optimizer, plan.precision, plan.remat)
-        available = memory_lib.machine_memory()
-        if tf.config.list_logical_devices("GPU") or tf.config.list_logical_devices("TPU") or not available:
-            return
-        if self.memory.total > memory_lib.REFUSE_ABOVE * available:
-            raise UserError(f"{self._what_runs()} needs about {memory_lib.gigabytes(self.memory.total)} (weights, "
-                            f"gradients and optimizer state {memory_lib.gigabytes(self.memory.state)}, activations "
-                            f"{memory_lib.gigabytes(self.memory.per_image)} an image); this machine has "
-                            f"{memory_lib.gigabytes(available)}: "
-                            f"{memory_lib.ways_out(self._micro_batch_per_replica())}.")
-
-    def _micro_batch_per_replica(self) -> int:
-        return self.plan.micro_batch
-
-    def _what_runs(self) -> str:
-        name = self.plan.config.model if isinstance(self.plan.config.model, str) else "the model"
-        size = "x".join(str(s) for s in self.plan.image_size)
-        return (f"a training step of {name} at {size} px, {self._micro_batch_per_replica()} images per replica "
-                f"at a time ({self.plan.num_replicas} replica(s)), {self.plan.precision}")
 
     def _build_model(self) -> None:
         previous_policy = keras.config.dtype_policy()
@@ -215,8 +172,10 @@ class Trainer:
         }
 
     def restore(self) -> bool:
-        """Loads the latest checkpoint (else the initial weights); True when
-        the run has already finished."""
+        """Opens the run's checkpoints and loads the latest (else the initial weights); True
+        when the run has already finished."""
+        self.manager = CheckpointManager(self.plan.config.workdir, self._fingerprint(), write=self.chief,
+                                         keep=self.plan.config.keep_checkpoints)
         restored = self.manager.restore(self.model, self.optimizer)
         self.resumed = restored is not None
         if restored is None:
@@ -357,8 +316,9 @@ class Trainer:
             return function(*args)
         except tf.errors.ResourceExhaustedError:
             raise TrainingOutOfMemory(
-                f"Out of memory in {self._what_runs()} (about {memory_lib.gigabytes(self.memory.total)} by "
-                f"estimate): {memory_lib.ways_out(self._micro_batch_per_replica())}.") from None
+                f"Out of memory in {memory_lib.what_runs(self.plan)} (about "
+                f"{memory_lib.gigabytes(self.plan.memory.total)} by estimate): "
+                f"{memory_lib.ways_out(self.plan.micro_batch)}.") from None
         except tf.errors.OpError as error:
             message = data_lib.strict_failure(error)
             if message is None:

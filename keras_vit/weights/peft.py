@@ -39,11 +39,12 @@ import numpy as np
 
 from keras_vit.errors import UserError
 from keras_vit.utils.labels import labels_in_text
-from keras_vit.weights.checkpoint import Checkpoint, read_json, read_safetensors, refuse_pickle
+from keras_vit.weights.checkpoint import Checkpoint, read_json, read_tensors_file
 from keras_vit.weights.hf_modules import CLASS_PREFIXES, CLASSIFIER_MODULES, blocks_of
 
 ADAPTER_CONFIG = "adapter_config.json"
 ADAPTER_WEIGHTS = "adapter_model.safetensors"
+ADAPTER_BIN = "adapter_model.bin"  # peft's pickled form: refused
 PREFIX = "base_model.model."  # what peft puts before every module path it saves
 
 
@@ -60,7 +61,10 @@ def read_peft_directory(directory, source: Optional[str] = None, new_head: bool 
     directory = os.fspath(directory)
     where = source or directory
     settings = read_json(os.path.join(directory, ADAPTER_CONFIG))
+    adapter = read_tensors_file(os.path.join(directory, ADAPTER_WEIGHTS), pickled=os.path.join(directory, ADAPTER_BIN),
+                                missing=f"{where} has no {ADAPTER_WEIGHTS} next to its {ADAPTER_CONFIG}.")
     _check_settings(settings, where)
+    names = _labels(os.path.join(directory, LABELS_FILE))
     base = _base_directory(settings, where, directory)
     if not is_hf_directory(base):
         raise UserError(f"{where}: its base {settings['base_model_name_or_path']!r} is not an HF transformers folder "
@@ -70,23 +74,25 @@ def read_peft_directory(directory, source: Optional[str] = None, new_head: bool 
     check_model_type(base_config, f"{where}: its base {base}")  # before the merge names a module it lacks
     tensors = read_hf_tensors(base, base)
     renames = _renames(base_config)
-    merged = merge_adapter(tensors, _adapter_tensors(directory, where), settings, f"{where} (base {base})", renames)
+    merged = merge_adapter(tensors, adapter, settings, f"{where} (base {base})", renames)
     checkpoint = read_hf_directory(base, source=f"{where} (peft LoRA on {settings['base_model_name_or_path']})",
                                    tensors=merged, new_head=new_head)
-    return _with_labels(checkpoint, os.path.join(directory, LABELS_FILE))
+    # The class names beside the adapter, where they name each class of the head.
+    if names is None or checkpoint.num_classes is None or len(names) != checkpoint.num_classes:
+        return checkpoint
+    return dataclasses.replace(checkpoint, labels=names)
 
 
 LABELS_FILE = "labels.txt"  # one class name a line: what keras-vit's writer puts beside a run's adapter
 
 
-def _with_labels(checkpoint: Checkpoint, path: str) -> Checkpoint:
+def _labels(path: str) -> Optional[List[str]]:
     """The class names of labels.txt beside the adapter (peft keeps none: the classifier's
-    id2label lives in the PyTorch model's config), where it names each class of the head."""
-    if not os.path.isfile(path) or checkpoint.num_classes is None:
-        return checkpoint
+    id2label lives in the PyTorch model's config), or None."""
+    if not os.path.isfile(path):
+        return None
     with open(path, encoding="utf-8") as f:
-        names = labels_in_text(f.read())  # as a run folder's labels.txt is read
-    return dataclasses.replace(checkpoint, labels=names) if len(names) == checkpoint.num_classes else checkpoint
+        return labels_in_text(f.read())  # as a run folder's labels.txt is read
 
 
 def _check_settings(settings: dict, where: str) -> None:
@@ -142,15 +148,6 @@ def _base_directory(settings: dict, where: str, directory: str) -> str:
     from keras_vit.weights.download import hf_directory
 
     return hf_directory(name, settings.get("revision") or None)
-
-
-def _adapter_tensors(directory: str, where: str) -> Dict[str, np.ndarray]:
-    path = os.path.join(directory, ADAPTER_WEIGHTS)
-    if not os.path.isfile(path):
-        if os.path.isfile(os.path.join(directory, "adapter_model.bin")):
-            refuse_pickle(os.path.join(directory, "adapter_model.bin"))
-        raise UserError(f"{where} has no {ADAPTER_WEIGHTS} next to its {ADAPTER_CONFIG}.")
-    return read_safetensors(path)
 
 
 def _renames(config: dict) -> List[Tuple[str, str, Optional[int]]]:
