@@ -202,6 +202,22 @@ print(json.dumps({{"mask": a["mask"].numpy().tolist(), "bytes_mask": b["mask"].n
 
 
 @pytest.mark.slow
+def test_a_quantised_task_run_is_read_by_its_task(mask_runs, mask_list, tmp_path):
+    run, out = mask_runs[0] / "whole", tmp_path / "int8"
+    folder = os.path.dirname(mask_list)
+    done = _cli("quantize", run, "--mode", "int8", "--out", out, "--data", folder)
+    report = json.loads((out / "quantization.json").read_text())
+    agreement = report["agreement"]
+    assert report["task"] == "pixel_classes" and agreement["max_abs_diff"] < 0.2, done.stdout  # probabilities
+    assert agreement["equal"]["mask"] > 0.8 and "% the same" in done.stdout
+    float_figures = json.loads(_cli("evaluate", run, mask_list, "--json").stdout)
+    figures = json.loads(_cli("evaluate", out, mask_list, "--json").stdout)
+    assert figures["task"] == "pixel_classes" and abs(figures["pixel_accuracy"] - float_figures["pixel_accuracy"]) < 0.1
+    assert "mask 28x28" in _cli("predict", out, os.path.join(folder, "1.png")).stdout
+    assert "saved_model" in _cli("export", out, "--out", tmp_path / "exports", "--data", folder).stdout
+
+
+@pytest.mark.slow
 def test_lora_and_layer_decay_adapt_the_encoder_of_a_task_with_its_own_head(digits_run, mask_list, tmp_path, capsys):
     import keras
 
@@ -219,6 +235,27 @@ def test_lora_and_layer_decay_adapt_the_encoder_of_a_task_with_its_own_head(digi
     assert "adapter_path" not in results  # the head is outside the ViT: model.keras is the run's model
     kept = keras.models.load_model(tmp_path / "lora" / "model.keras")
     assert kept.vit.config.lora_rank == 0 and kept.vit.num_channels == 1  # merged; the weights' channel
+
+
+def test_a_row_whose_mask_is_missing_or_of_another_size_is_named_and_weighs_nothing(mask_list, tmp_path):
+    folder = os.path.dirname(mask_list)
+    Image.fromarray(np.zeros((20, 28), np.uint8), mode="L").save(tmp_path / "short.png")
+    Image.fromarray(COLOURS[np.zeros((28, 28), np.uint8)]).save(tmp_path / "rgb_mask.png")
+    rows = ["image,mask", f"{folder}/0.png,{folder}/0_mask.png", f"{folder}/1.png,{tmp_path}/missing.png",
+            f"{folder}/2.png,{tmp_path}/short.png", f"{folder}/3.png,{tmp_path}/rgb_mask.png"]
+    listed = tmp_path / "dirty.csv"
+    listed.write_text("\n".join(rows) + "\n")
+    config = TrainConfig.create("scratch", model=TINY, dataset=f"list:{listed},{listed}", num_classes=3,
+                                workdir="unused")
+    source = open_source(config, fields=PixelTask.fields)
+    oks = [bool(ok) for _, ok in (source.decode(raw) for raw in source.examples("eval", 0, 1))]
+    assert oks == [True, False, False, False]
+    failed = source.problems.summary()["files"]
+    assert set(failed) == {f"{folder}/1.png", f"{folder}/2.png", f"{folder}/3.png"}
+    assert "short.png is 28x20 px and its image 28x28" in failed[f"{folder}/2.png"]
+    assert "one channel" in failed[f"{folder}/3.png"]
+    with pytest.raises(UserError, match="has no label column, so the classes are not known: give --num-classes N"):
+        open_source(config.replace(num_classes=None), fields=PixelTask.fields)
 
 
 def _mask_arrays(n, rng, side=28):

@@ -23,7 +23,7 @@ def test_the_papers_recipes():
 
 def _resolved(config):
     """The recipe as the run's plan resolves it (the augmentation level read)."""
-    from keras_vit.training.config import with_aug_level
+    from keras_vit.training.plan import with_aug_level
     from keras_vit.variants import get_variant
 
     return with_aug_level(config.recipe, get_variant(config.model))
@@ -36,7 +36,7 @@ def test_the_recipes_without_jft_and_their_augmentation_levels():
     assert (medium2.aug_level, medium2.randaugment, medium2.mixup) == ("medium2", (2, 15), 0.5)
     assert _resolved(TrainConfig.create("augreg", model="S/32")).aug_level == "light2"
     # Any spelling the variant table takes, and a ViTConfig, get the same level as the name.
-    from keras_vit.training.config import aug_level_by_size
+    from keras_vit.training.plan import aug_level_by_size
     from keras_vit.variants import get_variant
     for name, level in (("Ti/16", "light1"), ("S/32", "light2"), ("S/16", "medium2"), ("B/16", "medium2")):
         spellings = (name, name.lower(), f"ViT-{name}", get_variant(name))

@@ -6,6 +6,11 @@ OUT is a run folder like any other (model.keras, labels.txt), so predict,
 inspect and export read it; quantization.json
 beside them says what was quantised, the sizes, and how far the quantised
 model's answers are from the float model's on --data.
+
+A run of a Task whose model is not a classifier (keras_vit.tasks) has its ViT's
+encoder quantised under the same head; OUT keeps the run's config.json, so
+predict, evaluate and export read OUT by its Task, and the agreement is that of
+the Task's served outputs.
 """
 
 from __future__ import annotations
@@ -52,6 +57,11 @@ def run(args):
     source_path = os.path.realpath(os.fspath(args.source))
     if os.path.exists(source_path) and os.path.realpath(out) in (source_path, os.path.dirname(source_path)):
         raise UserError(f"--out {out} is the source itself: the quantised run goes to a folder of its own.")
+    from keras_vit.tasks import run_task
+
+    task = run_task(args.source)
+    if task is not None:
+        return _task_run(args, task, out)
     source = open_model(args.source, args.labels)
     model = source.model
     if not hasattr(model, "config"):
@@ -73,6 +83,54 @@ def run(args):
     if source.labels is not None and getattr(quantized, "include_top", False):
         runs.write_labels(staging, source.labels, quantized.num_classes)
     runs.save_model(staging, quantized)
+    report["file_bytes"] = os.path.getsize(os.path.join(staging, runs.MODEL_FILE))
+    with open(os.path.join(staging, REPORT_FILE), "w") as f:
+        json.dump(report, f, indent=2)
+        f.write("\n")
+    if os.path.exists(out):
+        shutil.rmtree(out)
+    os.replace(staging, out)
+    _print(report, out)
+    return 0
+
+
+def _task_run(args, task, out) -> int:
+    """A run of `task`: its ViT quantised under the same head, the run's config.json kept."""
+    import numpy as np
+
+    from keras_vit import runs
+    from keras_vit.export import data as data_lib
+    from keras_vit.export.task_export import input_size, served
+    from keras_vit.model.quantization import quantize, weight_bytes
+    from keras_vit.runs.folder import CONFIG_FILE, LABELS_FILE
+    from keras_vit.tasks import PatchGridModel
+
+    model = runs.load_model(args.source)
+    print(f"{args.source} ({task.name}): {model.count_params():,} parameters; quantising the encoder blocks' "
+          f"{6 * model.vit.config.num_layers} projections to {args.mode}", flush=True)
+    start = time.perf_counter()
+    quantized = PatchGridModel(quantize(model.vit, args.mode), model.head, name=model.name)
+    report = {"source": os.fspath(args.source), "mode": args.mode, "task": task.name,
+              "seconds": round(time.perf_counter() - start, 1),
+              "weights_bytes": {"float": weight_bytes(model), args.mode: weight_bytes(quantized)}}
+    if args.data is not None:
+        *size, channels = input_size(model)
+        images = data_lib.load_sample(args.data, tuple(size), channels, args.num_images).images
+        reference, answers = served(model, task)(images), served(quantized, task)(images)
+        floats = [k for k in reference if np.asarray(reference[k]).dtype.kind == "f"]
+        report["agreement"] = {"images": len(images), "data": os.fspath(args.data), "max_abs_diff": max(
+            [float(np.max(np.abs(np.asarray(answers[k]) - np.asarray(reference[k])))) for k in floats] or [0.0]),
+            # an integer output (a mask's classes): the share of its values the quantised model keeps
+            "equal": {k: float(np.mean(np.asarray(answers[k]) == np.asarray(reference[k])))
+                      for k in reference if k not in floats}}
+    staging = out.rstrip("/") + ".partial"
+    shutil.rmtree(staging, ignore_errors=True)
+    os.makedirs(staging)
+    runs.save_model(staging, quantized)
+    workdir = runs.workdir_of(args.source)
+    for name in (CONFIG_FILE, LABELS_FILE):  # the Task, as predict, evaluate and export read it
+        if os.path.isfile(os.path.join(workdir, name)):
+            shutil.copyfile(os.path.join(workdir, name), os.path.join(staging, name))
     report["file_bytes"] = os.path.getsize(os.path.join(staging, runs.MODEL_FILE))
     with open(os.path.join(staging, REPORT_FILE), "w") as f:
         json.dump(report, f, indent=2)
@@ -142,6 +200,8 @@ def _print(report, out):
         if "accuracy" in agreement:
             accuracy = agreement["accuracy"]
             line += f", accuracy {accuracy['float']:.2%} float -> {accuracy['quantized']:.2%} {mode}"
+        for key, share in agreement.get("equal", {}).items():
+            line += f", {key} {share:.2%} the same"
         if "min_cosine" in agreement:
             line += f", embeddings' cosine >= {agreement['min_cosine']:.4f}"
         print(line)

@@ -93,7 +93,7 @@ def _validation_images(model, validation_data):
     return data_lib.load(validation_data, tuple(size), channels).images[:32]
 
 
-def _served(model, task):
+def served(model, task):
     """pixels float32 (B, H, W, C) 0..255 -> the Task's outputs, scaled as the run trained."""
     import tensorflow as tf
 
@@ -115,7 +115,7 @@ def _write(model, task, path) -> None:
     from keras_vit.export import image_bytes as bytes_lib
 
     height, width, channels = input_size(model)
-    serve = _served(model, task)
+    serve = served(model, task)
 
     def serve_bytes(image_bytes):
         images = tf.map_fn(lambda encoded: bytes_lib.load_image(encoded, (height, width), channels), image_bytes,
@@ -132,12 +132,12 @@ def _validate(model, task, path, images) -> Dict:
     """Both signatures of the SavedModel at `path`, loaded back, against Keras on `images`."""
     import tensorflow as tf
 
-    keras_outputs = {k: np.asarray(v) for k, v in _served(model, task)(tf.constant(images, tf.float32)).items()}
+    keras_outputs = {k: np.asarray(v) for k, v in served(model, task)(tf.constant(images, tf.float32)).items()}
     loaded = tf.saved_model.load(path)
     encoded = tf.constant([_png(np.round(image).astype(np.uint8)) for image in images])
     problems, largest = [], 0.0
     pixels = tf.constant(np.round(images), tf.float32)  # what PNG keeps of them
-    keras_rounded = {k: np.asarray(v) for k, v in _served(model, task)(pixels).items()}
+    keras_rounded = {k: np.asarray(v) for k, v in served(model, task)(pixels).items()}
     for signature, argument, reference in (("serving_default", tf.constant(images, tf.float32), keras_outputs),
                                            ("serving_bytes", encoded, keras_rounded)):
         outputs = loaded.signatures[signature](**{"images" if signature == "serving_default" else "image_bytes":

@@ -27,7 +27,6 @@ from typing import Optional, Tuple, Union
 from keras_vit.config import (CLASSIFIERS, DEFAULT_LORA_TARGETS, POSITION_EMBEDDINGS, ViTConfig, lora_alpha_value,
                                lora_targets)
 from keras_vit.errors import UserError
-from keras_vit.variants import get_variant
 
 OPTIMIZERS = ("sgd", "adam", "adamw")
 SCHEDULES = ("cosine", "linear", "constant")
@@ -244,8 +243,8 @@ IMAGENET_TRAIN = 1_281_167
 
 # AugReg (Steiner et al. 2021; big_vision configs/vit_i1k.py): Adam 1e-3, cosine
 # after 10k warmup steps, batch 4096, 300 epochs, clip 1, Inception crop + flip
-# at 224 and an augmentation level per model size (AUG_LEVELS, aug_level
-# "by_size"). big_vision adds wd x schedule without the learning rate; Keras
+# at 224 and an augmentation level per model size (AUG_LEVELS; the plan reads
+# "by_size": plan.aug_level_by_size). big_vision adds wd x schedule without the learning rate; Keras
 # decays by learning rate x wd: its 1e-4 is 0.1 here.
 AUGREG = Recipe(
     name="augreg", optimizer="adamw", learning_rate=1e-3, momentum=0.9, beta_2=0.999, weight_decay=0.1,
@@ -288,32 +287,6 @@ FINETUNE_LD = Recipe(
 )
 RECIPES = {recipe.name: recipe for recipe in (FINETUNE, PRETRAIN, SCRATCH, MASKED_PATCH, AUGREG, DEIT,
                                               PLAIN_BASELINE, FINETUNE_LD)}
-
-def aug_level_by_size(model) -> str:
-    """big_vision's choice per model size: light1 for Ti (width 192) and
-    smaller, light2 for S/32, medium2 for S/16 and larger. A variant name in
-    any spelling the variant table takes, or a ViTConfig."""
-    config = get_variant(model) if isinstance(model, str) else model
-    width, patch = getattr(config, "hidden_size", None), getattr(config, "patch_size", None)
-    if width is not None and width <= 192:
-        return "light1"
-    return "light2" if (width, patch) == (384, 32) else "medium2"
-
-
-def with_aug_level(recipe: Recipe, model) -> Recipe:
-    """The recipe with its augmentation level resolved ("by_size" by `model`)
-    and the level's RandAugment and Mixup filled in where the recipe leaves
-    them None (an explicit --randaugment / --mixup wins). The one place a
-    level is read: the run's plan calls it, so every way of building a
-    config trains the same run."""
-    level = recipe.aug_level
-    if level == "by_size":
-        level = aug_level_by_size(model)
-    settings = AUG_LEVELS.get(level, {}) if level is not None else {}
-    randaugment = recipe.randaugment if recipe.randaugment is not None else settings.get("randaugment")
-    mixup = recipe.mixup if recipe.mixup is not None else settings.get("mixup", 0.0)
-    return dataclasses.replace(recipe, aug_level=level, randaugment=randaugment, mixup=mixup)
-
 
 def _counted_in_one_unit(changes: dict) -> dict:
     """A run length or warmup given in steps replaces the recipe's in epochs

@@ -44,7 +44,7 @@ from keras_vit.config import DEFAULT_LORA_TARGETS, ViTConfig
 from keras_vit.errors import UserError
 from keras_vit.tasks import Task, make_task, task_class, task_name
 from keras_vit.tasks.fields import kind_names
-from keras_vit.training.config import RECIPES, TrainConfig, with_aug_level
+from keras_vit.training.config import AUG_LEVELS, RECIPES, Recipe, TrainConfig
 from keras_vit.training.memory import estimate
 from keras_vit.training.sources.source import HELD_OUT_EVERY
 from keras_vit.variants import get_variant
@@ -336,6 +336,32 @@ def _base_model_config(config, initial) -> ViTConfig:
                         f"({initial.description}): leave {_console.either('--model', 'model')} out to take "
                         f"the weights' own.")
     return source
+
+
+def aug_level_by_size(model) -> str:
+    """big_vision's choice per model size: light1 for Ti (width 192) and
+    smaller, light2 for S/32, medium2 for S/16 and larger. A variant name in
+    any spelling the variant table takes, or a ViTConfig."""
+    config = get_variant(model) if isinstance(model, str) else model
+    width, patch = getattr(config, "hidden_size", None), getattr(config, "patch_size", None)
+    if width is not None and width <= 192:
+        return "light1"
+    return "light2" if (width, patch) == (384, 32) else "medium2"
+
+
+def with_aug_level(recipe: Recipe, model) -> Recipe:
+    """The recipe with its augmentation level resolved ("by_size" by `model`)
+    and the level's RandAugment and Mixup filled in where the recipe leaves
+    them None (an explicit --randaugment / --mixup wins). The one place a
+    level is read: the run's plan calls it, so every way of building a
+    config trains the same run."""
+    level = recipe.aug_level
+    if level == "by_size":
+        level = aug_level_by_size(model)
+    settings = AUG_LEVELS.get(level, {}) if level is not None else {}
+    randaugment = recipe.randaugment if recipe.randaugment is not None else settings.get("randaugment")
+    mixup = recipe.mixup if recipe.mixup is not None else settings.get("mixup", 0.0)
+    return dataclasses.replace(recipe, aug_level=level, randaugment=randaugment, mixup=mixup)
 
 
 def augmentation_ops(recipe, normalization: str = "minus_one_to_one") -> Tuple[dict, ...]:

@@ -141,6 +141,8 @@ def describe(plan) -> str:
         level += f", LoRA rank {lora['rank']} alpha {lora['alpha']:g} on {'/'.join(lora['targets'])} (the rest frozen)"
         if plan.model.quantization:
             level += f" on an {plan.model.quantization} base (QLoRA; model.keras: merged, float)"
+    if set(plan.fields) - {"image", "label"}:  # a Task of more fields: which (masks, depth maps move with the image)
+        level += f", task {plan.task.name} on {'+'.join(plan.fields)}"
     return (f"{plan.steps} steps{epochs}, warmup {plan.warmup_steps}, peak lr {plan.recipe.peak_learning_rate:.3g}, "
             f"batch {plan.per_replica_batch}/replica (micro {plan.micro_batch}), {' > '.join(ops)}{level}")
 
