@@ -77,11 +77,23 @@ def run(args):
               "weights_bytes": {"float": weight_bytes(model), args.mode: weight_bytes(quantized)}}
     if data is not None:
         report["agreement"] = _agreement(model, quantized, data)
+    def labels(staging):
+        if source.labels is not None and getattr(quantized, "include_top", False):
+            runs.write_labels(staging, source.labels, quantized.num_classes)
+
+    _write_run(out, quantized, report, labels)
+    return 0
+
+
+def _write_run(out, quantized, report, add_files) -> None:
+    """The quantised run folder `out`, written beside it and renamed into place: model.keras,
+    what `add_files(folder)` puts there (labels, the run's config), quantization.json."""
+    from keras_vit import runs
+
     staging = out.rstrip("/") + ".partial"
     shutil.rmtree(staging, ignore_errors=True)
     os.makedirs(staging)
-    if source.labels is not None and getattr(quantized, "include_top", False):
-        runs.write_labels(staging, source.labels, quantized.num_classes)
+    add_files(staging)
     runs.save_model(staging, quantized)
     report["file_bytes"] = os.path.getsize(os.path.join(staging, runs.MODEL_FILE))
     with open(os.path.join(staging, REPORT_FILE), "w") as f:
@@ -91,7 +103,6 @@ def run(args):
         shutil.rmtree(out)
     os.replace(staging, out)
     _print(report, out)
-    return 0
 
 
 def _task_run(args, task, out) -> int:
@@ -123,22 +134,14 @@ def _task_run(args, task, out) -> int:
             # an integer output (a mask's classes): the share of its values the quantised model keeps
             "equal": {k: float(np.mean(np.asarray(answers[k]) == np.asarray(reference[k])))
                       for k in reference if k not in floats}}
-    staging = out.rstrip("/") + ".partial"
-    shutil.rmtree(staging, ignore_errors=True)
-    os.makedirs(staging)
-    runs.save_model(staging, quantized)
     workdir = runs.workdir_of(args.source)
-    for name in (CONFIG_FILE, LABELS_FILE):  # the Task, as predict, evaluate and export read it
-        if os.path.isfile(os.path.join(workdir, name)):
-            shutil.copyfile(os.path.join(workdir, name), os.path.join(staging, name))
-    report["file_bytes"] = os.path.getsize(os.path.join(staging, runs.MODEL_FILE))
-    with open(os.path.join(staging, REPORT_FILE), "w") as f:
-        json.dump(report, f, indent=2)
-        f.write("\n")
-    if os.path.exists(out):
-        shutil.rmtree(out)
-    os.replace(staging, out)
-    _print(report, out)
+
+    def run_files(staging):  # the Task, as predict, evaluate and export read it
+        for name in (CONFIG_FILE, LABELS_FILE):
+            if os.path.isfile(os.path.join(workdir, name)):
+                shutil.copyfile(os.path.join(workdir, name), os.path.join(staging, name))
+
+    _write_run(out, quantized, report, run_files)
     return 0
 
 

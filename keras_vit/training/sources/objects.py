@@ -47,37 +47,44 @@ def object_source(config, dataset, shard, fields=None) -> Source:
     spec = train.element_spec
     if isinstance(spec, dict) and set(spec) - {"image", "label"}:
         return _fields_source(config, train, held, fields or {})
-    train, held = _examples_of(train), None if held is None else _examples_of(held)
-    if held is None:
-        # One dataset: every 10th example is held out for evaluation.
-        numbered = train.enumerate()
-        held = numbered.filter(_is_held_out).map(_unnumbered)
-        train = numbered.filter(_is_kept).map(_unnumbered)
-    datasets = {"train": train, "eval": held}
-    image_spec = train.element_spec[0]
+    datasets = _splits(_examples_of(train), None if held is None else _examples_of(held))
+    image_spec = datasets["train"].element_spec[0]
     if image_spec.shape.rank != 3 or image_spec.shape[-1] is None:
         raise UserError(f"dataset= elements must be (image (H, W, C), label); got image shape {image_spec.shape}.")
-    sizes = {k: int(v.reduce(np.int64(0), lambda n, _: n + 1)) for k, v in datasets.items()}
     class_names = getattr(dataset if not isinstance(dataset, (tuple, list)) else dataset[0], "class_names", None)
     num_classes = config.num_classes or (len(class_names) if class_names else None)
     if num_classes is None:  # one pass over the labels
         num_classes = 1 + max(int(v.map(lambda image, label: tf.cast(label, tf.int64)).reduce(
             np.int64(-1), tf.maximum)) for v in datasets.values())
-    size = tuple(image_spec.shape[:2]) if None not in image_spec.shape[:2] else None
     # Images of varying sizes travel as serialized tensors (one string each),
     # so that the stream's shuffle blocks can batch them.
-    raw_of, decode = (_as_is, decoded) if size is not None else (_serialized, _parsed(image_spec))
+    fixed = None not in image_spec.shape[:2]
+    raw_of, decode = (_as_is, decoded) if fixed else (_serialized, _parsed(image_spec))
+    return _dataset_source(datasets, raw_of, decode, num_classes, image_spec,
+                           class_names=list(class_names) if class_names else None)
 
+
+def _splits(train, held):
+    """{"train", "eval"}: `held` as the evaluation split, else every 10th example of `train`."""
+    if held is None:
+        numbered = train.enumerate()
+        held = numbered.filter(_is_held_out).map(_unnumbered)
+        train = numbered.filter(_is_kept).map(_unnumbered)
+    return {"train": train, "eval": held}
+
+
+def _dataset_source(datasets, raw_of, decode, num_classes, image_spec, **fields) -> Source:
+    """The Source of tf.data datasets {split: rows}. Not addressable by index: each epoch is the
+    dataset's own order, shuffled in blocks."""
     def examples(split, index, count):
         return datasets[split].shard(count, index).map(raw_of)
 
-    # Not addressable by index: each epoch is the dataset's own order, shuffled in blocks.
+    size = tuple(image_spec.shape[:2]) if None not in image_spec.shape[:2] else None
     return Source(
         name="dataset", num_classes=int(num_classes), num_channels=int(image_spec.shape[-1]), image_size=size,
-        sizes=sizes, train_split="train", eval_split="eval", examples=examples, decode=decode,
-        epoch=lambda split, index, count, seed: examples(split, index, count), shuffle_kind="buffer",
-        class_names=list(class_names) if class_names else None,
-    )
+        sizes={k: int(v.reduce(np.int64(0), lambda n, _: n + 1)) for k, v in datasets.items()},
+        train_split="train", eval_split="eval", examples=examples, decode=decode,
+        epoch=lambda split, index, count, seed: examples(split, index, count), shuffle_kind="buffer", **fields)
 
 
 @tf.autograph.experimental.do_not_convert
@@ -143,19 +150,13 @@ def _fields_source(config, train, held, kinds) -> Source:
             ds = ds.unbatch()
         return ds.map(tf.autograph.experimental.do_not_convert(lambda e: tuple(e[k] for k in order)))
 
-    train, held = rows(train), None if held is None else rows(held)
-    if held is None:
-        numbered = train.enumerate()
-        held = numbered.filter(_is_held_out).map(_unnumbered)
-        train = numbered.filter(_is_kept).map(_unnumbered)
-    datasets = {"train": train, "eval": held}
-    specs = dict(zip(order, train.element_spec))
+    datasets = _splits(rows(train), None if held is None else rows(held))
+    specs = dict(zip(order, datasets["train"].element_spec))
     image_spec = specs["image"]
     if image_spec.shape.rank != 3 or image_spec.shape[-1] is None:
         raise UserError(f"dataset= \"image\" must be (H, W, C); got shape {image_spec.shape}.")
     size = tuple(image_spec.shape[:2]) if None not in image_spec.shape[:2] else None
     spatial = [i for i, k in enumerate(order) if specs[k].shape.rank and specs[k].shape.rank >= 2]
-    sizes = {k: int(v.reduce(np.int64(0), lambda n, _: n + 1)) for k, v in datasets.items()}
     if "label" in order:
         label_at = order.index("label")
         num_classes = config.num_classes or 1 + max(int(v.map(lambda *row: tf.cast(row[label_at], tf.int64)).reduce(
@@ -183,11 +184,4 @@ def _fields_source(config, train, held, kinds) -> Source:
             example[name] = tf.cast(value, tf.int32) if name == "label" else value
         return example, tf.constant(True)
 
-    def examples(split, index, count):
-        return datasets[split].shard(count, index).map(raw_of)
-
-    return Source(
-        name="dataset", num_classes=int(num_classes), num_channels=int(image_spec.shape[-1]), image_size=size,
-        sizes=sizes, train_split="train", eval_split="eval", examples=examples, decode=decode,
-        epoch=lambda split, index, count, seed: examples(split, index, count), shuffle_kind="buffer",
-        fields=tuple(order))
+    return _dataset_source(datasets, raw_of, decode, num_classes, image_spec, fields=tuple(order))
