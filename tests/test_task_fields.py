@@ -258,6 +258,22 @@ def test_a_row_whose_mask_is_missing_or_of_another_size_is_named_and_weighs_noth
         open_source(config.replace(num_classes=None), fields=PixelTask.fields)
 
 
+def test_a_dict_whose_mask_is_not_its_image_s_size_weighs_nothing():
+    def rows():
+        yield {"image": np.zeros((28, 28, 3), np.float32), "mask": np.ones((28, 28), np.int32), "id": 7}
+        yield {"image": np.zeros((28, 28, 3), np.float32), "mask": np.ones((20, 28), np.int32), "id": 8}
+
+    dataset = tf.data.Dataset.from_generator(rows, output_signature={
+        "image": tf.TensorSpec((None, None, 3), tf.float32), "mask": tf.TensorSpec((None, None), tf.int32),
+        "id": tf.TensorSpec((), tf.int64)})
+    config = TrainConfig.create("scratch", model=TINY, num_classes=2, workdir="unused")
+    source = open_source(config, dataset=(dataset, dataset), fields=PixelTask.fields)
+    assert source.fields == ("image", "mask")  # "id" is no field of the Task's
+    decoded = [source.decode(raw) for raw in source.examples("eval", 0, 1)]
+    assert [bool(ok) for _, ok in decoded] == [True, False]
+    assert decoded[1][0]["mask"].shape == (28, 28) and np.all(decoded[1][0]["mask"].numpy() == IGNORE)
+
+
 def _mask_arrays(n, rng, side=28):
     masks = np.zeros((n, side, side), np.int32)
     for mask, cut in zip(masks, rng.integers(6, side - 6, size=n)):
@@ -290,6 +306,36 @@ def test_a_dataset_of_dicts_gives_the_task_its_fields(tmp_path):
         assert results["eval"]["num_examples"] == 4 and results["plan"]["fields"]["mask"] == "mask", name
     with pytest.raises(UserError, match="without a .label.: give num_classes=N"):
         plan_lib.plan_run(config.replace(num_classes=None), PixelTask(), fixed)
+
+
+def test_a_grid_model_trained_in_mixed_precision_is_kept_in_float32():
+    import keras
+
+    from keras_vit.tasks import ModelPlan
+
+    previous = keras.config.dtype_policy()
+    keras.config.set_dtype_policy("mixed_float16")
+    try:
+        model = PixelTask().build_model(ModelPlan(TINY.replace(patch_size=4), (28, 28), 3))
+    finally:
+        keras.config.set_dtype_policy(previous)
+    kept = PixelTask().export_model(model)
+    assert {layer.dtype_policy.name for layer in kept.head.layers} == {"float32"}
+    assert kept.vit.dtype_policy.name == "float32"
+    images = np.random.default_rng(0).uniform(-1, 1, (2, 28, 28, 3)).astype(np.float32)
+    np.testing.assert_allclose(kept(images), model(images), atol=5e-3)  # the same weights, in float32
+
+
+def test_a_task_of_the_old_build_model_form_is_built_with_one_line(capsys):
+    from keras_vit.tasks import ModelPlan, build_task_model
+
+    class OldForm(PixelTask):
+        def build_model(self, model_config, image_size, num_classes, num_channels):
+            return super().build_model(ModelPlan(model_config, image_size, num_classes, num_channels))
+
+    model = build_task_model(OldForm(), ModelPlan(TINY.replace(patch_size=4), (28, 28), 3))
+    assert model.vit.grid_size == (7, 7)
+    assert "write build_model(self, plan)" in capsys.readouterr().err
 
 
 def test_the_tasks_old_address_still_imports():

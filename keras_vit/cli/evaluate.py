@@ -32,7 +32,8 @@ def add_arguments(parser):
 
     parser.add_argument("model", help=MODEL_HELP)
     parser.add_argument("data", help="labelled images: a folder of class sub-folders, 'mnist', or an .npz with "
-                                     "'images' and 'labels'")
+                                     "'images' and 'labels'; for a run of another Task (a mask per pixel, ...), "
+                                     "data as train takes it with the Task's columns (a list: CSV, every row)")
     parser.add_argument("--num-images", type=positive_int,
                         help="at most this many images, a seeded sample across classes (default: all)")
     parser.add_argument("--labels", help="the model's class names, one per line (default: its own, else its run's)")
@@ -94,8 +95,9 @@ def _task_run(args, task) -> int:
     workdir = runs.workdir_of(args.model)
     settings = runs.read_config(workdir)
     run_plan = settings.pop("plan")
-    config = TrainConfig.from_dict(settings).replace(
-        dataset=_whole_data(args.data), eval_batch_size=args.batch_size, progress=False)
+    config = TrainConfig.from_dict(settings).replace(  # the run's size and classes, whatever the data's
+        dataset=_whole_data(args.data), eval_batch_size=args.batch_size, progress=False,
+        image_size=tuple(run_plan["image_size"]), num_classes=int(run_plan["num_classes"]))
     source = data_lib.open_source(config, fields=task.fields)
     plan = plan_lib.resolve(config, source, task=task, model=ViTConfig.from_dict(run_plan["model"]))
     plan = dataclasses.replace(plan, num_channels=int(run_plan["num_channels"]))
@@ -108,11 +110,11 @@ def _task_run(args, task) -> int:
             totals[name] = totals.get(name, 0.0) + float(value)
     if not totals.get("count"):
         raise UserError(f"None of the examples of {args.data} could be read.")
-    figures = {"model": str(args.model), "data": str(args.data), "task": task.name, **task.summarize(totals)}
+    summary = task.summarize(totals)
     if args.json:
-        print(json.dumps(figures, indent=2))
+        print(json.dumps({"model": str(args.model), "data": str(args.data), "task": task.name, **summary}, indent=2))
     else:
-        print(f"{workdir} ({task.name}) on {figures['num_examples']} examples of {args.data}: {task.describe(figures)}")
+        print(f"{workdir} ({task.name}) on {summary['num_examples']} examples of {args.data}: {task.describe(summary)}")
     return 0
 
 

@@ -115,8 +115,9 @@ def _task_run(args, task, out) -> int:
     from keras_vit.model.quantization import quantize, weight_bytes
     from keras_vit.runs.folder import CONFIG_FILE, LABELS_FILE
     from keras_vit.tasks import PatchGridModel
+    from keras_vit.tasks.token_model import task_model
 
-    model = runs.load_model(args.source)
+    model = task_model(runs.load_model(args.source), "quantize")
     print(f"{args.source} ({task.name}): {model.count_params():,} parameters; quantising the encoder blocks' "
           f"{6 * model.vit.config.num_layers} projections to {args.mode}", flush=True)
     start = time.perf_counter()

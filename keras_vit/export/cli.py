@@ -88,7 +88,11 @@ def run(args):
     except CannotContinue as error:  # an artifact failed its validation (ExportFailed)
         print(f"keras-vit export: {error}", file=sys.stderr)
         return 1
-    if args.quiet:  # export() printed nothing: the table alone
+    if args.quiet and "task" in report:  # a Task run's SavedModel: its one line
+        from keras_vit.export.task_export import summary_line
+
+        print(summary_line(report))
+    elif args.quiet:  # export() printed nothing: the table alone
         from keras_vit.export.report import print_table
 
         print_table(report)

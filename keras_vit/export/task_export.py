@@ -22,6 +22,7 @@ from typing import Dict, Optional
 import numpy as np
 
 from keras_vit.errors import CannotContinue, UserError
+from keras_vit.tasks.token_model import task_model
 
 FORMAT = "saved_model"
 TOLERANCE = 1e-4
@@ -40,7 +41,7 @@ def export_task_run(path, task, formats=None, out="exports", *, validation_data=
         raise UserError(f"{others}: the {task.name} task's model is not a classifier, and it exports as "
                         f"{FORMAT} only (its outputs: Task.serving_outputs): give --formats {FORMAT}.")
     replacing = install_lib.check_out(out, overwrite)
-    model = runs.load_model(path)
+    model = task_model(runs.load_model(path), "export")
     name = _safe_name(name or os.path.basename(os.path.normpath(runs.workdir_of(path))))
     images = _validation_images(model, validation_data)
     staging, made = install_lib.make_staging(out)
@@ -64,11 +65,15 @@ def export_task_run(path, task, formats=None, out="exports", *, validation_data=
     finally:
         install_lib.discard_staging(staging, made)
     if verbose:
-        outputs = ", ".join(agreement["outputs"])
-        print(f"[export] {FORMAT}: {report['artifacts'][0]['path']} (serving_default, serving_bytes -> {outputs}); "
-              f"agrees with Keras on {len(images)} images (largest difference {agreement['max_abs_diff']:.2g})",
-              flush=True)
+        print(f"[export] {summary_line(report)}", flush=True)
     return report
+
+
+def summary_line(report) -> str:
+    """The export of a Task run in one line (what `keras-vit export --quiet` prints)."""
+    row = report["artifacts"][0]
+    return (f"{FORMAT}: {row['path']} (serving_default, serving_bytes -> {', '.join(row['outputs'])}); agrees "
+            f"with Keras on {row['validation_images']} images (largest difference {row['max_abs_diff']:.2g})")
 
 
 def _formats(formats):
@@ -147,9 +152,10 @@ def _validate(model, task, path, images) -> Dict:
             if got.shape != expected.shape:
                 problems.append(f"{signature} {key}: shape {got.shape}, Keras {expected.shape}")
             elif np.issubdtype(expected.dtype, np.floating):
-                largest = max(largest, float(np.max(np.abs(got - expected))) if got.size else 0.0)
-                if largest > TOLERANCE:
-                    problems.append(f"{signature} {key}: differs from Keras by {largest:.2g}")
+                difference = float(np.max(np.abs(got - expected))) if got.size else 0.0
+                largest = max(largest, difference)
+                if difference > TOLERANCE:
+                    problems.append(f"{signature} {key}: differs from Keras by {difference:.2g}")
             elif np.mean(got != expected) > 1e-3:  # class ids: a near-tie may fall either way
                 problems.append(f"{signature} {key}: {np.mean(got != expected):.2%} differ from Keras")
     return {"passed": not problems, "problems": "; ".join(problems), "max_abs_diff": largest,

@@ -81,7 +81,9 @@ def predict_task(path, task, paths, batch_size=32, recursive=False):
 
     from keras_vit import images as images_lib
 
-    model = runs.load_model(path)
+    from keras_vit.tasks.token_model import task_model
+
+    model = task_model(runs.load_model(path), "predict")
     height, width = model.vit.image_size
     channels = int(model.vit.inputs[0].shape[-1])
     normalization = model.vit.config.pixel_normalization

@@ -22,7 +22,7 @@ import os
 from typing import Optional
 
 from keras_vit.errors import UserError
-from keras_vit.tasks.base import ModelPlan, Task
+from keras_vit.tasks.base import ModelPlan, Task, build_task_model
 from keras_vit.tasks.classification import ClassificationTask
 from keras_vit.tasks.masked_patch import MaskedPatchTask
 from keras_vit.tasks.token_model import PatchGridModel
@@ -65,8 +65,9 @@ def task_class(name: str):
 
 def run_task(path) -> Optional[Task]:
     """The Task a run folder (or its model.keras) trained, where its model is not a classifier
-    (Task.exports_classifier false): what `keras-vit evaluate`, `predict` and `export` read it by.
-    None for a classifier's run, and for anything that is not a run."""
+    (Task.exports_classifier false): what `keras-vit evaluate`, `predict`, `quantize` and `export`
+    read it by. None for a classifier's run, for anything that is not a run, and for a run whose
+    Task cannot be imported here (a notebook's, a run before #54's names): read as a classifier."""
     from keras_vit import runs
     from keras_vit.runs.folder import CONFIG_FILE
     from keras_vit.utils import storage
@@ -78,8 +79,18 @@ def run_task(path) -> Optional[Task]:
     if not runs.is_run_folder(workdir) or not storage.exists(storage.join(workdir, CONFIG_FILE)):
         return None
     name = (runs.read_config(workdir).get("plan") or {}).get("task", ClassificationTask.name)
-    task = task_class(name)
-    return None if task.exports_classifier else task()
+    try:
+        cls = task_class(name)
+    except UserError:
+        return None
+    if cls.exports_classifier:
+        return None
+    try:
+        return cls()
+    except TypeError as error:
+        raise UserError(f"The run in {workdir} trained the Task {name}, which cannot be made without arguments "
+                        f"({error}): give its constructor's arguments defaults, so that evaluate, predict and "
+                        f"export can make it again.") from None
 
 
 def task_name(task: Task) -> str:
@@ -91,4 +102,4 @@ def task_name(task: Task) -> str:
 
 
 __all__ = ["RECIPE_TASKS", "TASKS", "ClassificationTask", "MaskedPatchTask", "ModelPlan", "PatchGridModel", "Task", "make_task", "task_class",
-           "run_task", "task_name", "top_k_hits"]
+           "build_task_model", "run_task", "task_name", "top_k_hits"]

@@ -20,6 +20,7 @@ my_package.my_module:MyTask` on the command line, or an entry in TASKS.
 from __future__ import annotations
 
 import dataclasses
+import inspect
 from typing import Any, Dict, Tuple
 
 import keras
@@ -27,6 +28,18 @@ import numpy as np
 import tensorflow as tf
 
 from keras_vit.tasks.fields import CLASSIFICATION_FIELDS, FieldKind
+from keras_vit.utils.console import warn
+
+
+def build_task_model(task, plan) -> keras.Model:
+    """task.build_model(plan). A Task written before #54, whose build_model takes (model_config,
+    image_size, num_classes, num_channels), is called so, with one line saying the new form."""
+    if len(inspect.signature(task.build_model).parameters) == 4:
+        warn(f"{type(task).__name__}.build_model(model_config, image_size, num_classes, num_channels) is the "
+             f"form before keras_vit.tasks: it is called so; write build_model(self, plan) (plan.model, "
+             f"plan.image_size, plan.num_classes, plan.num_channels).")
+        return task.build_model(plan.model, plan.image_size, plan.num_classes, plan.num_channels)
+    return task.build_model(plan)
 
 
 @dataclasses.dataclass(frozen=True)

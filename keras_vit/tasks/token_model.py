@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import keras
 
+from keras_vit.errors import UserError
 from keras_vit.model import ViT, block_inputs
 from keras_vit.model.lora import merge_lora
 from keras_vit.weights import parts as weight_parts
@@ -55,7 +56,7 @@ class PatchGridModel(keras.Model):
         previous = keras.config.dtype_policy()
         keras.config.set_dtype_policy("float32")
         try:
-            copy = type(self).from_config(self.get_config())
+            copy = type(self).from_config(_float32(self.get_config()))
             copy.set_weights(self.get_weights())
             return type(self)(merge_lora(copy.vit), copy.head, name=self.name)
         finally:
@@ -71,3 +72,25 @@ class PatchGridModel(keras.Model):
         vit = keras.saving.deserialize_keras_object(config.pop("vit"))
         head = keras.saving.deserialize_keras_object(config.pop("head"))
         return cls(vit, head, **config)
+
+
+def _float32(config):
+    """A layer config with every mixed precision policy made float32 (a head built under
+    mixed_float16 records its policy in its config)."""
+    if isinstance(config, dict):
+        if config.get("class_name") == "DTypePolicy" and str(config.get("config", {}).get("name", "")).startswith("mixed"):
+            return "float32"
+        return {k: _float32(v) for k, v in config.items()}
+    if isinstance(config, list):
+        return [_float32(v) for v in config]
+    return config
+
+
+def task_model(model, command: str) -> PatchGridModel:
+    """`model` when it is a PatchGridModel (a ViT under a Task's head), else one line saying what
+    `keras-vit COMMAND` reads a Task's run by."""
+    if not isinstance(model, PatchGridModel):
+        raise UserError(f"keras-vit {command} reads a run of a Task by its keras_vit.tasks.PatchGridModel (a ViT "
+                        f"under the Task's head); this run's model.keras holds a {type(model).__name__}: "
+                        f"build the Task's model as a PatchGridModel, or use it from Python.")
+    return model

@@ -39,7 +39,7 @@ from keras_vit.training.checkpointing import CheckpointManager
 from keras_vit.training.config import TrainConfig, upgraded
 from keras_vit.training.optimization import averaged_weights, make_optimizer, rule_name
 from keras_vit.training.steps import CompiledSteps
-from keras_vit.tasks import Task, task_name
+from keras_vit.tasks import Task, build_task_model
 from keras_vit.training.transfer import apply_weights, find_vit
 
 
@@ -152,7 +152,7 @@ class Trainer:
         keras.config.set_dtype_policy(plan.precision)
         try:
             with self.strategy.scope():
-                self.model = self.plan.task.build_model(plan)
+                self.model = build_task_model(self.plan.task, plan)
                 # What building did, for results.json's "built" (the plan says what was asked).
                 self.built = {"rematerialized_blocks": rematerialize_blocks(self.model) if plan.remat else 0,
                               # XLA fuses the GELU by itself; TensorFlow's op-by-op executor gets one kernel each way.
@@ -164,7 +164,7 @@ class Trainer:
 
     def _fingerprint(self) -> dict:
         return {
-            "task": task_name(self.plan.task), "model": self.plan.model.to_dict(),
+            "task": self.plan.task.name, "model": self.plan.model.to_dict(),
             "image_size": list(self.plan.image_size), "num_classes": self.plan.num_classes,
             "num_channels": self.plan.num_channels,
             "optimizer": rule_name(self.optimizer),
@@ -460,9 +460,13 @@ def _next_multiple(step, every):
 
 
 def _window(history, config):
-    """The mean of the loss and the Task's metrics over the last log_every steps."""
+    """The mean over the last log_every steps of the loss and top-1 (a classifier's, masked patches'), or
+    of the loss and every metric of another Task."""
     window = history[-config.log_every:]
-    figures = [k for k in window[-1] if k not in ("lr", "grad_norm", "skipped_examples")] if window else []
+    if not window:
+        return {}
+    figures = ("loss", "accuracy") if "accuracy" in window[-1] else [
+        k for k in window[-1] if k not in ("lr", "grad_norm", "skipped_examples")]
     return {k: float(np.mean([h[k] for h in window])) for k in figures}
 
 

@@ -59,13 +59,13 @@ def read_json(path) -> dict:
         raise UserError(f"{os.fspath(path)!r} is not a readable JSON config ({error}).") from error
 
 
-def read_tensors_file(path: str, missing: str, pickled: Optional[str] = None) -> Dict[str, np.ndarray]:
-    """The tensors of the safetensors file `path`; where it is not there, a pickled file
-    `pickled` in its place is refused (refuse_pickle), else UserError(`missing`)."""
+def read_tensors_file(path: str, pickled: Optional[str] = None) -> Optional[Dict[str, np.ndarray]]:
+    """The tensors of the safetensors file `path`, or None where it is not there; a pickled file
+    `pickled` in its place is refused (refuse_pickle)."""
     if not os.path.isfile(path):
         if pickled is not None and os.path.isfile(pickled):
             refuse_pickle(pickled)
-        raise UserError(missing)
+        return None
     return read_safetensors(path)
 
 

@@ -61,9 +61,10 @@ def read_peft_directory(directory, source: Optional[str] = None, new_head: bool 
     directory = os.fspath(directory)
     where = source or directory
     settings = read_json(os.path.join(directory, ADAPTER_CONFIG))
-    adapter = read_tensors_file(os.path.join(directory, ADAPTER_WEIGHTS), pickled=os.path.join(directory, ADAPTER_BIN),
-                                missing=f"{where} has no {ADAPTER_WEIGHTS} next to its {ADAPTER_CONFIG}.")
-    _check_settings(settings, where)
+    adapter = read_tensors_file(os.path.join(directory, ADAPTER_WEIGHTS), pickled=os.path.join(directory, ADAPTER_BIN))
+    _check_settings(settings, where)  # a kind of adapter refused is said before a missing file
+    if adapter is None:
+        raise UserError(f"{where} has no {ADAPTER_WEIGHTS} next to its {ADAPTER_CONFIG}.")
     names = _labels(os.path.join(directory, LABELS_FILE))
     base = _base_directory(settings, where, directory)
     if not is_hf_directory(base):

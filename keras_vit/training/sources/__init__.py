@@ -85,7 +85,7 @@ def open_source(config, dataset=None, shard=(0, 1), fields=None) -> Source:
     if kind == "folder" and arg:
         return folder_source(config, arg, shard)
     if kind == "list" and arg:
-        if is_fielded(arg.split(",")[0]):
+        if is_fielded(arg.split(",")[0], fields or {}):
             return fielded_list_source(config, arg, fields or {})
         return list_source(config, arg, shard)
     if kind == "tfrecord" and arg:

@@ -29,13 +29,15 @@ IMAGE_COLUMNS = ("path", "file", "filename", "image")
 FILE_KINDS = ("mask", "depth")  # columns of file paths, read as one-channel maps
 
 
-def is_fielded(path) -> bool:
-    """Whether a CSV list's header names a column other than the image's and the label's."""
-    if path.lower().endswith(".json") or not storage.isfile(path):
+def is_fielded(path, kinds) -> bool:
+    """Whether a CSV list's header names a field of the Task (`kinds`) other than its image and
+    label: a list of (path, label) with any header is the classes' list (sources/files.py)."""
+    wanted = [name for name in kinds if name not in ("image", "label")]
+    if not wanted or path.lower().endswith(".json") or not storage.isfile(path):
         return False
     first = next(csv.reader(io.StringIO(storage.read_text(path))), [])
     names = [cell.strip().lower() for cell in first]
-    return bool(names) and names[0] in IMAGE_COLUMNS and any(n not in IMAGE_COLUMNS + ("label",) for n in names[1:])
+    return bool(names) and names[0] in IMAGE_COLUMNS and any(name in names[1:] for name in wanted)
 
 
 def _table(path):
@@ -55,6 +57,8 @@ def fielded_list_source(config, spec, kinds):
     (its fields the list does not have are left for the plan to name)."""
     name, problems = f"list:{spec}", DecodeProblems()
     files = spec.split(",")
+    if len(files) > 2:
+        raise UserError(f"{name}: give list:TRAIN or list:TRAIN,EVAL.")
     tables = [_table(f) for f in files]
     header = tables[0][0]
     if any(table[0] != header for table in tables[1:]):
@@ -63,20 +67,31 @@ def fielded_list_source(config, spec, kinds):
     if "label" in header:
         columns["label"] = header.index("label")
     bases = [storage.dirname(storage.abspath(f)) for f in files]
-    splits = [_columns(rows, columns, base, kinds) for (_, rows), base in zip(tables, bases)]
+    classes, numbered = _classes(tables, columns.get("label"))
+    splits = [_columns(rows, columns, base, kinds, classes) for (_, rows), base in zip(tables, bases)]
     if len(splits) == 1:
         held = np.arange(len(splits[0]["image"])) % HELD_OUT_EVERY == HELD_OUT_EVERY - 1
         splits = [{k: v[~held] for k, v in splits[0].items()}, {k: v[held] for k, v in splits[0].items()}]
-    num_classes = _num_classes(config, name, splits, columns)
+    num_classes = _num_classes(config, name, splits, columns, classes)
     order = list(columns)
     return table_source(
         {split: tuple(table[c] for c in order) for split, table in zip(("train", "eval"), splits)},
         name=name, num_classes=num_classes, num_channels=3, image_size=None, train_split="train",
         eval_split="eval", decode=_decoder(order, kinds, name, config.strict_data, problems), problems=problems,
-        fields=tuple(order))
+        fields=tuple(order), class_names=None if numbered else classes)
 
 
-def _columns(rows, columns, base, kinds):
+def _classes(tables, label_column):
+    """(class names in label order, whether they are numbers): integer labels keep their values,
+    names are sorted; (None, True) without a label column."""
+    from keras_vit.training.sources.files import _list_classes
+
+    if label_column is None:
+        return None, True
+    return _list_classes([row[label_column] for _, rows in tables for row in rows])
+
+
+def _columns(rows, columns, base, kinds, classes):
     def located(p):
         return p if storage.is_remote(p) or os.path.isabs(p) else storage.join(base, p)
 
@@ -84,7 +99,8 @@ def _columns(rows, columns, base, kinds):
     for field, index in columns.items():
         cells = [row[index] for row in rows]
         if field == "label":
-            out[field] = np.array([int(c) for c in cells], np.int32)
+            out[field] = np.array([classes.index(str(int(c)) if c.lstrip("-").isdigit() else c) for c in cells],
+                                  np.int32)
         elif field == "image" or kinds[field].name in FILE_KINDS:
             out[field] = np.array([os.fsencode(located(c)) for c in cells], dtype=bytes)
         else:
@@ -92,9 +108,9 @@ def _columns(rows, columns, base, kinds):
     return out
 
 
-def _num_classes(config, name, splits, columns):
+def _num_classes(config, name, splits, columns, classes):
     if "label" in columns:
-        return int(config.num_classes or 1 + max(int(s["label"].max()) for s in splits if len(s["label"])))
+        return int(config.num_classes or len(classes))
     if not config.num_classes:
         raise UserError(f"{name} has no label column, so the classes are not known: give --num-classes N "
                         f"(num_classes=N; for masks, the class ids run 0..N-1).")
@@ -129,7 +145,8 @@ def _decoder(order, kinds, name, strict, problems):
             for path, value in zip(map_paths, values):
                 if value.shape != image.shape[:2]:
                     raise ValueError(f"{path} is {value.shape[1]}x{value.shape[0]} px and its image "
-                                     f"{image.shape[1]}x{image.shape[0]}")
+                                     f"{image.shape[1]}x{image.shape[0]} (read upright, by its EXIF orientation: "
+                                     f"a mask is the upright image's size, as stored)")
             return (image, True, *values)
         except Exception as error:  # noqa: BLE001 - any file of the row that fails makes the example unreadable
             problems.report(image_path, str(error), strict)

@@ -173,7 +173,7 @@ def _fields_source(config, train, held, kinds) -> Source:
 
     @tf.autograph.experimental.do_not_convert
     def decode(raw):
-        example = {}
+        example, ok = {}, tf.constant(True)
         for i, name in enumerate(order):
             value = raw[i]
             if i in spatial and size is None:
@@ -181,7 +181,17 @@ def _fields_source(config, train, held, kinds) -> Source:
                 value.set_shape([None] * specs[name].shape.rank)
             if name == "image":
                 value.set_shape([None, None, image_spec.shape[-1]])
+            elif i in spatial:  # a map of another size than its image: a blank one, and the example weighs nothing
+                kind = kinds[name]
+                value = value[..., 0] if value.shape.rank == 3 else value  # (H, W, 1) as (H, W)
+                fits = tf.reduce_all(tf.shape(value)[:2] == tf.shape(example["image"])[:2])
+                ok = ok & fits
+                value = tf.cast(value, kind.dtype)
+                value = tf.cond(fits, lambda v=value: v,
+                                lambda k=kind, v=value: tf.fill(tf.shape(example["image"])[:2], tf.cast(k.fill, k.dtype)))
+            elif name in kinds and kinds[name].dtype != tf.string:
+                value = tf.cast(value, kinds[name].dtype)
             example[name] = tf.cast(value, tf.int32) if name == "label" else value
-        return example, tf.constant(True)
+        return example, ok
 
     return _dataset_source(datasets, raw_of, decode, num_classes, image_spec, fields=tuple(order))
