@@ -338,6 +338,23 @@ def test_a_task_of_the_old_build_model_form_is_built_with_one_line(capsys):
     assert "write build_model(self, plan)" in capsys.readouterr().err
 
 
+def test_a_task_saved_model_is_validated_against_keras_and_other_formats_are_refused(tmp_path):
+    from keras_vit.export import task_export
+    from keras_vit.tasks import ModelPlan
+
+    with pytest.raises(UserError, match="tflite: the pixel_classes task's model is not a classifier, and it exports "
+                                        "as saved_model only"):
+        task_export.export_task_run(tmp_path / "no-run", PixelTask(), "saved_model,tflite", tmp_path / "out")
+    model = PixelTask().build_model(ModelPlan(TINY.replace(patch_size=4), (28, 28), 3))
+    images = np.random.default_rng(0).uniform(0, 255, (3, 28, 28, 3)).astype(np.float32)
+    task_export._write(model, PixelTask(), str(tmp_path / "served"))
+    agreement = task_export._validate(model, PixelTask(), str(tmp_path / "served"), images)
+    assert agreement["passed"] and agreement["outputs"] == ["mask", "probabilities"], agreement
+    other = PixelTask().build_model(ModelPlan(TINY.replace(patch_size=4), (28, 28), 3))  # other weights
+    disagreement = task_export._validate(other, PixelTask(), str(tmp_path / "served"), images)
+    assert not disagreement["passed"] and "serving_default probabilities: differs from Keras" in disagreement["problems"]
+
+
 def test_the_tasks_old_address_still_imports():
     import keras_vit.tasks
     from keras_vit.training import tasks as old_address
