@@ -129,7 +129,7 @@ def copy_run(run, tmp_path, name="run"):
 # overlap each other instead). Files not named keep their place after these; a file's tests keep
 # their order.
 LONGEST_FIRST = (
-    "test_recipe_matrix.py", "test_training_distributed.py", "test_cli.py", "test_experiments.py",
+    "test_recipe_matrix.py", "test_training_distributed.py", "test_cli.py", "test_task_fields.py", "test_experiments.py",
     "test_families_model.py", "test_family_cli.py", "test_packaging.py", "test_cli_sources.py",
     "test_export_artifacts.py", "test_training_loop.py", "test_backends.py", "test_docs_commands.py",
     "test_variants.py", "test_docs_python.py", "test_same_pixels_cli.py", "test_bench.py",

@@ -164,6 +164,13 @@ def test_evaluate_and_predict_read_the_run_s_task(mask_runs, mask_list):
     predicted = json.loads(_cli("predict", run, os.path.join(folder, "0.png"), "--json").stdout)
     image = np.asarray(Image.open(os.path.join(folder, "0.png")), np.float32) / 127.5 - 1.0
     np.testing.assert_array_equal(predicted["mask"], np.argmax(model(image[None]), -1)[0])
+    figures_dir = run.parent / "figures"
+    done = _cli("inspect", run, "--image", os.path.join(folder, "0.png"), "--out", figures_dir)
+    assert "the figures are its ViT's" in done.stdout and (figures_dir / "attention_heads.png").exists()
+    # model.keras loads where only keras_vit is imported (PatchGridModel registered with the ViT).
+    loaded = subprocess.run([sys.executable, "-c", f"import keras_vit; print(type(keras_vit.load_model({str(run)!r}))"
+                                                   f".__name__)"], capture_output=True, text=True, timeout=300)
+    assert loaded.stdout.strip().endswith("PatchGridModel"), loaded.stderr[-2000:]
 
 
 @pytest.mark.slow

@@ -114,8 +114,7 @@ def _task_run(args, task, out) -> int:
     from keras_vit.export.task_export import input_size, served
     from keras_vit.model.quantization import quantize, weight_bytes
     from keras_vit.runs.folder import CONFIG_FILE, LABELS_FILE
-    from keras_vit.tasks import PatchGridModel
-    from keras_vit.tasks.token_model import task_model
+    from keras_vit.model import PatchGridModel, task_model
 
     model = task_model(runs.load_model(args.source), "quantize")
     print(f"{args.source} ({task.name}): {model.count_params():,} parameters; quantising the encoder blocks' "

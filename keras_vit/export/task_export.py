@@ -22,7 +22,7 @@ from typing import Dict, Optional
 import numpy as np
 
 from keras_vit.errors import CannotContinue, UserError
-from keras_vit.tasks.token_model import task_model
+from keras_vit.model.patch_grid import task_model
 
 FORMAT = "saved_model"
 TOLERANCE = 1e-4

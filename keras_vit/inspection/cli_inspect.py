@@ -46,6 +46,7 @@ def run(args):
     from keras_vit.inspection.figures import choose_overlays, make_figures
     from keras_vit.inspection.predict import folders_without_images, nothing_read
     from keras_vit.inspection.plots import require_matplotlib
+    from keras_vit.model import PatchGridModel
     from keras_vit.runs.source import open_model, resized
 
     require_matplotlib()  # before anything is read or any folder made
@@ -53,6 +54,10 @@ def run(args):
     if unwritable is not None:  # found before the model is loaded, not after the figures are drawn
         raise UsageError(f"--out {args.out!r} cannot be written ({unwritable}): give a folder this user can write.")
     source = open_model(args.model, args.labels)
+    if isinstance(source.model, PatchGridModel):  # a run of a Task with its own head: its encoder's figures
+        print(f"keras-vit inspect: {args.model} is a run of a Task with its own head: the figures are its ViT's "
+              f"(attention, tokens); the head is not drawn.", flush=True)
+        source = dataclasses.replace(source, model=source.model.vit)
     if getattr(source.model, "dynamic_image_size", False) or args.image_size is not None:
         # Figures read one grid: a fixed model at the size asked (or the one a dynamic model was built for).
         source = resized(source, args.image_size)

@@ -81,7 +81,7 @@ def predict_task(path, task, paths, batch_size=32, recursive=False):
 
     from keras_vit import images as images_lib
 
-    from keras_vit.tasks.token_model import task_model
+    from keras_vit.model.patch_grid import task_model
 
     model = task_model(runs.load_model(path), "predict")
     height, width = model.vit.image_size

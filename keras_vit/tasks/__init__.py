@@ -4,7 +4,7 @@ serves. The trainer, `keras-vit evaluate` and `keras-vit export` know only the
 `Task` interface (base.py).
 
     fields           the kinds of an example's fields and how each moves with its image
-    token_model      PatchGridModel: a ViT's patch tokens as a grid, read by a Task's own head
+    PatchGridModel   a ViT's patch tokens as a grid, read by a Task's own head (keras_vit.model.patch_grid)
     classification   ClassificationTask: softmax cross-entropy over the ViT's head
     masked_patch     MaskedPatchTask: self-supervised masked patch prediction
 
@@ -25,7 +25,7 @@ from keras_vit.errors import UserError
 from keras_vit.tasks.base import ModelPlan, Task, build_task_model
 from keras_vit.tasks.classification import ClassificationTask
 from keras_vit.tasks.masked_patch import MaskedPatchTask
-from keras_vit.tasks.token_model import PatchGridModel
+from keras_vit.model.patch_grid import PatchGridModel  # the model of a Task with its own head
 from keras_vit.tasks.metrics import top_k_hits
 
 TASKS = {task.name: task for task in (ClassificationTask, MaskedPatchTask)}
@@ -101,5 +101,5 @@ def task_name(task: Task) -> str:
     return f"{type(task).__module__}:{type(task).__qualname__}"
 
 
-__all__ = ["RECIPE_TASKS", "TASKS", "ClassificationTask", "MaskedPatchTask", "ModelPlan", "PatchGridModel", "Task", "make_task", "task_class",
-           "build_task_model", "run_task", "task_name", "top_k_hits"]
+__all__ = ["RECIPE_TASKS", "TASKS", "ClassificationTask", "MaskedPatchTask", "ModelPlan", "PatchGridModel", "Task",
+           "build_task_model", "make_task", "run_task", "task_class", "task_name", "top_k_hits"]

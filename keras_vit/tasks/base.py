@@ -108,7 +108,7 @@ class Task:
     def export_model(self, model) -> keras.Model:
         """The model written to <workdir>/model.keras: a PatchGridModel's float32 copy with
         LoRA's updates merged (PatchGridModel.exported); any other model as it is."""
-        from keras_vit.tasks.token_model import PatchGridModel
+        from keras_vit.model.patch_grid import PatchGridModel
 
         return model.exported() if isinstance(model, PatchGridModel) else model
 

@@ -218,9 +218,11 @@ def eval_steps(source, global_batch: int) -> int:
     """Batches of `global_batch` covering the evaluation split (every worker runs as many)."""
     size = source.sizes.get(source.eval_split)
     if not size:
+        give = {"list": "give an evaluation list (list:TRAIN,EVAL)",
+                "dataset": "give dataset=(train, eval)"}.get(source.name.split(":")[0],
+                                                              "add a val/ folder (PATH/train + PATH/val)")
         held_out = (f" Without an evaluation split every {HELD_OUT_EVERY}th image of each class is held out: give "
-                    f"each class at least {HELD_OUT_EVERY} images, or add a val/ folder (PATH/train + PATH/val)."
-                    if source.eval_split == "eval" else "")
+                    f"each class at least {HELD_OUT_EVERY} images, or {give}." if source.eval_split == "eval" else "")
         raise UserError(f"{source.name}: the evaluation split {source.eval_split!r} is empty or of unknown size."
                         + held_out)
     return math.ceil(size / global_batch)

@@ -1,5 +1,6 @@
-"""A ViT's patch tokens as a grid, read by a head of a Task's own: the model of every Task whose
-output is not one vector per image (a mask, a depth map, per-patch features).
+"""A ViT's patch tokens as a grid, read by a head of its own: the model of every Task whose
+output is not one vector per image (a mask, a depth map, per-patch features; keras_vit.tasks).
+Here, beside the ViT, so that `import keras_vit` registers it for keras.models.load_model.
 
     model = PatchGridModel(ViT("S/16", image_size=224, include_top=False), head)
     model(images)  ==  head(tokens)   # tokens: (B, 14, 14, 384), the encoder's patch tokens
@@ -15,8 +16,9 @@ from __future__ import annotations
 import keras
 
 from keras_vit.errors import UserError
-from keras_vit.model import ViT, block_inputs
 from keras_vit.model.lora import merge_lora
+from keras_vit.model.readout import block_inputs
+from keras_vit.model.vit import ViT
 from keras_vit.weights import parts as weight_parts
 
 
