@@ -99,12 +99,12 @@ def _mirrored_vs_one_device(spec):
     import tensorflow as tf
 
     from keras_vit import training
-    from keras_vit.training import trainer as trainer_lib
+    from keras_vit.training import strategies as strategies_lib
 
     comparisons = spec.get("comparisons") or {"": spec.get("overrides", {})}
     comparisons = {name: _with_base(overrides, spec["workdir"]) for name, overrides in comparisons.items()}
     counted = set(spec.get("count_all_reduces") or ())
-    make_strategy, strategies = trainer_lib.make_strategy, {}
+    make_strategy, strategies = strategies_lib.make_strategy, {}
 
     def shared(name="auto", tpu=None):
         if name != "mirrored":
@@ -114,7 +114,7 @@ def _mirrored_vs_one_device(spec):
         return strategies[name]
 
     out = {name: {} for name in comparisons}
-    trainer_lib.make_strategy = shared
+    strategies_lib.make_strategy = shared  # what the run's plan makes its strategy with
     try:
         for strategy in ("mirrored", "one_device"):
             for name, overrides in comparisons.items():
@@ -140,7 +140,7 @@ def _mirrored_vs_one_device(spec):
                                             "replicas": results["num_replicas"], "steps": results["steps"],
                                             "num_variables": num_variables}
     finally:
-        trainer_lib.make_strategy = make_strategy
+        strategies_lib.make_strategy = make_strategy
     for name, runs in out.items():
         one, mirrored = runs["one_device"], runs["mirrored"]
         diff = max(float(np.max(np.abs(a - b))) for a, b in zip(one["weights"], mirrored["weights"]))
