@@ -85,6 +85,12 @@ MIRRORED = {
     # LoRA (#39) from official-format weights ("@base": the worker writes them).
     "lora": {"steps": 3, "batch_size": 16, "jit_compile": False, "weights": "@base", "lora_rank": 2,
              "lora_targets": ["query", "key", "value", "out", "mlp"], "learning_rate": 0.01},
+    # #54: a loss over the step's whole batch (keras_vit.tasks.across_replicas), and the same loss
+    # over each replica's half, which must not equal one device.
+    "gathered": {"steps": 3, "batch_size": 16, "jit_compile": True, "learning_rate": 0.05,
+                 "task": "tests.pixel_task:CentredTask"},
+    "local": {"steps": 3, "batch_size": 16, "jit_compile": True, "learning_rate": 0.05,
+              "task": "tests.pixel_task:LocalCentredTask"},
 }
 
 
@@ -133,6 +139,15 @@ def test_mirrored_lora_equals_one_device(mirrored):
     assert result["replicas"] == {"one_device": 1, "mirrored": 2} and result["steps"]["mirrored"] == 3
     assert result["max_weight_difference"] < 1e-5 * max(1.0, result["max_weight"]), result
     np.testing.assert_allclose(result["losses"]["one_device"], result["losses"]["mirrored"], rtol=1e-5)
+
+
+def test_a_loss_over_every_replica_s_examples_trains_as_on_one_device(mirrored):
+    gathered, local = mirrored["gathered"], mirrored["local"]
+    assert gathered["replicas"] == {"one_device": 1, "mirrored": 2} and gathered["steps"]["mirrored"] == 3
+    assert gathered["max_weight_difference"] < 1e-4 * max(1.0, gathered["max_weight"]), gathered
+    np.testing.assert_allclose(gathered["losses"]["one_device"], gathered["losses"]["mirrored"], rtol=1e-5)
+    # Each replica's own centre instead: another run, so the comparison above can tell them apart.
+    assert local["max_weight_difference"] > 100 * gathered["max_weight_difference"], (local, gathered)
 
 
 def _cluster(tmp_path, workdir, overrides, tag, kill_at=None, **spec):

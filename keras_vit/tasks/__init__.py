@@ -22,7 +22,7 @@ import os
 from typing import Optional
 
 from keras_vit.errors import UserError
-from keras_vit.tasks.base import ModelPlan, Task, build_task_model
+from keras_vit.tasks.base import ModelPlan, Task, across_replicas, build_task_model
 from keras_vit.tasks.classification import ClassificationTask
 from keras_vit.tasks.masked_patch import MaskedPatchTask
 from keras_vit.model.patch_grid import PatchGridModel  # the model of a Task with its own head
@@ -102,4 +102,4 @@ def task_name(task: Task) -> str:
 
 
 __all__ = ["RECIPE_TASKS", "TASKS", "ClassificationTask", "MaskedPatchTask", "ModelPlan", "PatchGridModel", "Task",
-           "build_task_model", "make_task", "run_task", "task_class", "task_name", "top_k_hits"]
+           "across_replicas", "build_task_model", "make_task", "run_task", "task_class", "task_name", "top_k_hits"]

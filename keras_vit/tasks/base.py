@@ -31,6 +31,19 @@ from keras_vit.tasks.fields import CLASSIFICATION_FIELDS, FieldKind
 from keras_vit.utils.console import warn
 
 
+def across_replicas(values):
+    """In `Task.compute_loss`, `values` (B, ...) of this replica's examples -> the same of every
+    replica's examples of the step (R x B, ...): what a loss over the whole batch reads (a
+    contrastive loss's negatives, a batch statistic). Gradients flow back to each replica's own
+    part (tf.distribute's all_gather). One replica (or outside a strategy): `values` as they are.
+    With accum_steps > 1, the micro-batch of every replica. A Task that calls it sets
+    `gathers_across_replicas`, so that the plan keeps its step out of XLA where replicas gather."""
+    context = tf.distribute.get_replica_context()
+    if context is None or context.num_replicas_in_sync == 1:
+        return values
+    return context.all_gather(values, axis=0)
+
+
 def build_task_model(task, plan) -> keras.Model:
     """task.build_model(plan). A Task written before #54, whose build_model takes (model_config,
     image_size, num_classes, num_channels), is called so, with one line saying the new form."""
@@ -63,6 +76,9 @@ class Task:
     adapts_encoder = False
     # Whether a transformers base is read as its family's image classifier (a new head, its pooling).
     reads_classifier_head = False
+    # Whether compute_loss reads every replica's examples (across_replicas): such a step runs without XLA
+    # under several replicas (an XLA program on one device holds no collective of the others).
+    gathers_across_replicas = False
     # Whether the run's model.keras is a ViT classifier (predict, evaluate and export read it as one);
     # otherwise they read the run's Task: its fields, its figures, its served outputs.
     exports_classifier = False

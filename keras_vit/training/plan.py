@@ -201,6 +201,13 @@ def _derive(config, source, initial, task, model, num_replicas, num_input_pipeli
     per_replica = global_batch // num_replicas
     eval_batch = _eval_batch(config.eval_batch_size or global_batch // config.accum_steps, num_replicas)
     channels = int(initial.num_channels if initial is not None else source.num_channels)
+    # A loss over every replica's examples gathers them: a collective an XLA program on one device cannot
+    # hold, nor a loop over micro-batches.
+    gathers = task.gathers_across_replicas and num_replicas > 1
+    if gathers and config.accum_steps > 1:
+        raise UserError(f"The {task.name} task's loss reads every replica's examples, which a step accumulated "
+                        f"over micro-batches cannot gather: give {arg('accum_steps', 1)} (and a batch that fits), "
+                        f"or train on one replica.")
     return Plan(
         config=dataclasses.replace(config, recipe=recipe), task=task, model=model, image_size=image_size,
         num_channels=channels,
@@ -209,7 +216,8 @@ def _derive(config, source, initial, task, model, num_replicas, num_input_pipeli
         accum_steps=config.accum_steps, eval_batch=eval_batch, eval_steps=eval_steps(source, eval_batch),
         steps_per_loop=config.steps_per_loop or config.log_every, steps=steps, warmup_steps=warmup_steps,
         train_size=train_size, augmentation=augmentation_ops(recipe, model.pixel_normalization),
-        mixing=mixing(recipe), jit_compile=bool(jit_compile), precision=config.precision, remat=config.remat,
+        mixing=mixing(recipe), jit_compile=bool(jit_compile) and not gathers, precision=config.precision,
+        remat=config.remat,
         strategy=strategy, shuffle=source.shuffle_kind,
         warnings=tuple(_warnings(recipe, train_size)), source=source, initial=initial)
 

@@ -141,6 +141,8 @@ def describe(plan) -> str:
         level += f", LoRA rank {lora['rank']} alpha {lora['alpha']:g} on {'/'.join(lora['targets'])} (the rest frozen)"
         if plan.model.quantization:
             level += f" on an {plan.model.quantization} base (QLoRA; model.keras: merged, float)"
+    if plan.task.gathers_across_replicas and plan.num_replicas > 1:
+        level += ", no XLA (the task's loss gathers every replica's examples)"
     if set(plan.fields) - {"image", "label"}:  # a Task of more fields: which (masks, depth maps move with the image)
         level += f", task {plan.task.name} on {'+'.join(plan.fields)}"
     return (f"{plan.steps} steps{epochs}, warmup {plan.warmup_steps}, peak lr {plan.recipe.peak_learning_rate:.3g}, "

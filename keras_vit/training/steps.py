@@ -96,7 +96,11 @@ class CompiledSteps:
         self.loss_scaling = isinstance(optimizer, keras.optimizers.LossScaleOptimizer)
         self.columns: List[str] = []  # the names of run_loop's columns, known once traced
         _reduce_once(optimizer)
-        self.local_gradients = _compiled(self._local_gradients, jit_compile=jit_compile)
+        # A loss that gathers every replica's examples (Task.gathers_across_replicas) calls a collective,
+        # which may not sit inside a nested tf.function: its replica steps are traced in the loop's own.
+        gathers = task.gathers_across_replicas and strategy.num_replicas_in_sync > 1
+        self.local_gradients = (self._local_gradients if gathers
+                                else _compiled(self._local_gradients, jit_compile=jit_compile))
         # With one replica the sum over replicas is the identity, and the whole
         # step (gradients and update) is one XLA program, as Keras `fit`
         # compiles its step. With several, Keras' optimizer enters a
@@ -104,7 +108,7 @@ class CompiledSteps:
         self.whole_step = None
         if jit_compile and strategy.num_replicas_in_sync == 1:
             self.whole_step = _compiled(self._whole_step, jit_compile=True)
-        self.local_eval = _compiled(self._local_eval, jit_compile=jit_compile)
+        self.local_eval = self._local_eval if gathers else _compiled(self._local_eval, jit_compile=jit_compile)
         self.run_loop = _compiled(self._run_loop)
         self.eval_loop = _compiled(self._eval_loop)
         self.agree_to_stop = _compiled(self._agree_to_stop)
