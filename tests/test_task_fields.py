@@ -265,6 +265,35 @@ def test_a_row_whose_mask_is_missing_or_of_another_size_is_named_and_weighs_noth
         open_source(config.replace(num_classes=None), fields=PixelTask.fields)
 
 
+def test_lists_and_masks_as_other_tools_write_them(mask_list, tmp_path):
+    """A spreadsheet's "CSV UTF-8" (a byte-order mark, CRLF lines), a VOC-style palette mask whose
+    border is 255 (void: ignored), a depth map as a .npy array; a mask of a class the run lacks."""
+    from keras_vit.tasks.fields import DEPTH
+
+    folder = os.path.dirname(mask_list)
+    palette = Image.fromarray(np.pad(np.ones((26, 26), np.uint8), 1, constant_values=255), mode="P")
+    palette.putpalette([0, 0, 0, 128, 0, 0] + [224, 224, 192] * 254)
+    palette.save(tmp_path / "voc.png")
+    np.save(tmp_path / "depth.npy", np.linspace(0.5, 10, 28 * 28, dtype=np.float32).reshape(28, 28))
+    Image.fromarray(np.full((28, 28), 5, np.uint8), mode="L").save(tmp_path / "five.png")
+    listed = tmp_path / "excel.csv"
+    listed.write_bytes(("\ufeffimage,mask,depth\r\n"
+                        f"{folder}/0.png,{tmp_path}/voc.png,{tmp_path}/depth.npy\r\n"
+                        f"{folder}/1.png,{tmp_path}/five.png,{tmp_path}/depth.npy\r\n").encode("utf-8"))
+    config = TrainConfig.create("scratch", model=TINY, dataset=f"list:{listed},{listed}", num_classes=3,
+                                workdir="unused")
+    source = open_source(config, fields={**PixelTask.fields, "depth": DEPTH})
+    assert source.fields == ("image", "mask", "depth")
+    (first, ok), (_, bad) = [source.decode(raw) for raw in source.examples("eval", 0, 1)]
+    assert bool(ok) and not bool(bad)
+    mask = first["mask"].numpy()
+    assert mask[0, 0] == IGNORE and mask[5, 5] == 1  # the palette's indices, its void border kept as ignored
+    np.testing.assert_allclose(first["depth"].numpy()[-1, -1], 10.0)
+    reason = source.problems.summary()["files"][f"{folder}/1.png"]
+    assert "five.png holds class 5, and the run has 3 classes (0..2; 255 marks pixels of no class): give " \
+           "--num-classes 6, or relabel it" in reason
+
+
 def test_a_dict_whose_mask_is_not_its_image_s_size_weighs_nothing():
     def rows():
         yield {"image": np.zeros((28, 28, 3), np.float32), "mask": np.ones((28, 28), np.int32), "id": 7}
@@ -361,7 +390,8 @@ def test_a_task_saved_model_is_validated_against_keras_and_other_formats_are_ref
     assert agreement["passed"] and agreement["outputs"] == ["mask", "probabilities"], agreement
     other = PixelTask().build_model(ModelPlan(TINY.replace(patch_size=4), (28, 28), 3))  # other weights
     disagreement = task_export._validate(other, PixelTask(), str(tmp_path / "served"), images)
-    assert not disagreement["passed"] and "serving_default probabilities: differs from Keras" in disagreement["problems"]
+    assert not disagreement["passed"]
+    assert "serving_default probabilities: differs from Keras" in disagreement["problems"]
 
 
 def test_a_task_gathering_across_replicas_runs_without_xla_and_does_not_accumulate():

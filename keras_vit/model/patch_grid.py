@@ -80,7 +80,8 @@ def _float32(config):
     """A layer config with every mixed precision policy made float32 (a head built under
     mixed_float16 records its policy in its config)."""
     if isinstance(config, dict):
-        if config.get("class_name") == "DTypePolicy" and str(config.get("config", {}).get("name", "")).startswith("mixed"):
+        policy = str(config.get("config", {}).get("name", "")) if config.get("class_name") == "DTypePolicy" else ""
+        if policy.startswith("mixed"):
             return "float32"
         return {k: _float32(v) for k, v in config.items()}
     if isinstance(config, list):

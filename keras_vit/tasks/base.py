@@ -150,7 +150,8 @@ class Task:
             value = np.asarray(value)
             if np.issubdtype(value.dtype, np.integer) and value.ndim == 2:
                 ids, counts = np.unique(value, return_counts=True)
-                shares = ", ".join(f"{i}: {c / value.size:.0%}" for i, c in sorted(zip(ids, counts), key=lambda t: -t[1]))
+                ranked = sorted(zip(ids, counts), key=lambda pair: -pair[1])
+                shares = ", ".join(f"{i}: {c / value.size:.0%}" for i, c in ranked)
                 parts.append(f"{key} {value.shape[1]}x{value.shape[0]} ({shares})")
             else:
                 parts.append(f"{key} {'x'.join(map(str, value.shape)) or 'scalar'}")

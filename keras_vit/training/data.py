@@ -98,7 +98,8 @@ def _decoded(source, plan, raw_example, fields):
 
 
 def _resized(source, plan, fields):
-    """Evaluation's and few-shot's decoding: resized only (masks and depth maps nearest), scaled as the model takes it."""
+    """Evaluation's and few-shot's decoding: resized only (masks and depth maps nearest), scaled as
+    the model takes it."""
     @tf.autograph.experimental.do_not_convert
     def prepare(*raw_example):
         example, ok = _decoded(source, plan, raw_example, fields)

@@ -101,6 +101,7 @@ def check_fits(plan) -> None:
     if tf.config.list_logical_devices("GPU") or tf.config.list_logical_devices("TPU") or not available:
         return
     if plan.memory.total > REFUSE_ABOVE * available:
-        raise UserError(f"{what_runs(plan)} needs about {gigabytes(plan.memory.total)} (weights, gradients and "
-                        f"optimizer state {gigabytes(plan.memory.state)}, activations {gigabytes(plan.memory.per_image)} "
+        memory = plan.memory
+        raise UserError(f"{what_runs(plan)} needs about {gigabytes(memory.total)} (weights, gradients and "
+                        f"optimizer state {gigabytes(memory.state)}, activations {gigabytes(memory.per_image)} "
                         f"an image); this machine has {gigabytes(available)}: {ways_out(plan.micro_batch)}.")

@@ -22,6 +22,7 @@ import tensorflow as tf
 
 from keras_vit import images as images_lib
 from keras_vit.errors import UserError
+from keras_vit.tasks.fields import IGNORE
 from keras_vit.training.sources.source import HELD_OUT_EVERY, DecodeProblems, table_source
 from keras_vit.utils import storage
 
@@ -35,14 +36,19 @@ def is_fielded(path, kinds) -> bool:
     wanted = [name for name in kinds if name not in ("image", "label")]
     if not wanted or path.lower().endswith(".json") or not storage.isfile(path):
         return False
-    first = next(csv.reader(io.StringIO(storage.read_text(path))), [])
+    first = next(csv.reader(io.StringIO(_text(path))), [])
     names = [cell.strip().lower() for cell in first]
     return bool(names) and names[0] in IMAGE_COLUMNS and any(name in names[1:] for name in wanted)
 
 
+def _text(path) -> str:
+    """A list file's text, without the byte-order mark a spreadsheet's "CSV UTF-8" writes first."""
+    return storage.read_text(path).lstrip("\ufeff")
+
+
 def _table(path):
     """(column names, rows as lists of cells) of a CSV list with a header; paths made absolute."""
-    reader = csv.reader(io.StringIO(storage.read_text(path)))
+    reader = csv.reader(io.StringIO(_text(path)))
     header = [cell.strip().lower() for cell in next(reader)]
     rows = [[cell.strip() for cell in row] for row in reader if row and any(cell.strip() for cell in row)]
     for number, row in enumerate(rows, 2):
@@ -77,7 +83,8 @@ def fielded_list_source(config, spec, kinds):
     return table_source(
         {split: tuple(table[c] for c in order) for split, table in zip(("train", "eval"), splits)},
         name=name, num_classes=num_classes, num_channels=3, image_size=None, train_split="train",
-        eval_split="eval", decode=_decoder(order, kinds, name, config.strict_data, problems), problems=problems,
+        eval_split="eval", decode=_decoder(order, kinds, name, config.strict_data, problems, num_classes),
+        problems=problems,
         fields=tuple(order), class_names=None if numbered else classes)
 
 
@@ -118,23 +125,44 @@ def _num_classes(config, name, splits, columns, classes):
 
 
 def read_map(path) -> np.ndarray:
-    """A mask or depth file -> (H, W) float32: the stored values (class ids, depths)."""
+    """A mask or depth file -> (H, W) float32: the stored values (class ids, depths). A one-channel
+    image (PNG mode L, P, I or I;16: a palette mask's indices, a 16-bit depth map) or a .npy array
+    (H, W) (never unpickled)."""
     from PIL import Image
 
-    with Image.open(io.BytesIO(storage.read_bytes(path))) as image:
+    content = storage.read_bytes(path)
+    if path.lower().endswith(".npy"):
+        value = np.load(io.BytesIO(content), allow_pickle=False)
+        value = value[..., 0] if value.ndim == 3 and value.shape[-1] == 1 else value
+        if value.ndim != 2:
+            raise ValueError(f"a mask or depth map is (H, W); this array is {value.shape}")
+        return value.astype(np.float32)
+    with Image.open(io.BytesIO(content)) as image:
         if image.mode not in ("L", "P", "I", "I;16", "I;16B", "F"):
             raise ValueError(f"a mask or depth map is one channel of values (PNG mode L, P or I); this is {image.mode}")
         return np.asarray(image, dtype=np.float32) if image.mode != "P" else np.asarray(image).astype(np.float32)
+
+
+def check_classes(mask: np.ndarray, num_classes: int, path: str) -> None:
+    """A mask's values are class ids 0..num_classes-1, or IGNORE where no class is annotated."""
+    values = np.unique(mask)
+    wrong = values[(values != IGNORE) & ((values < 0) | (values >= num_classes) | (values != np.round(values)))]
+    if wrong.size:
+        raise ValueError(f"{path} holds class {wrong.max():g}, and the run has {num_classes} classes "
+                         f"(0..{num_classes - 1}; {IGNORE} marks pixels of no class): give --num-classes "
+                         f"{int(wrong.max()) + 1}, or relabel it")
 
 
 def _path(value) -> str:
     return os.fsdecode(value.item() if isinstance(value, np.ndarray) else value)
 
 
-def _decoder(order, kinds, name, strict, problems):
+def _decoder(order, kinds, name, strict, problems, num_classes):
     """(row of the columns in `order`) -> ({field: value}, ok): the image by keras_vit.images, each
-    mask or depth file by read_map (the same size as its image), text and labels as they are."""
+    mask or depth file by read_map (the same size as its image; a mask's values class ids below
+    `num_classes` or IGNORE), text and labels as they are."""
     maps = [i for i, f in enumerate(order) if f not in ("image", "label") and kinds[f].name in FILE_KINDS]
+    masks = [kinds[order[i]].name == "mask" for i in maps]
 
     def read(image_path, *map_paths):
         # bytes in tf.data's graph; 0-d arrays where decode runs eagerly
@@ -142,7 +170,9 @@ def _decoder(order, kinds, name, strict, problems):
         try:
             image = images_lib.decode(image_path, 3)
             values = [read_map(p) for p in map_paths]
-            for path, value in zip(map_paths, values):
+            for path, value, is_mask in zip(map_paths, values, masks):
+                if is_mask:
+                    check_classes(value, num_classes, path)
                 if value.shape != image.shape[:2]:
                     raise ValueError(f"{path} is {value.shape[1]}x{value.shape[0]} px and its image "
                                      f"{image.shape[1]}x{image.shape[0]} (read upright, by its EXIF orientation: "

@@ -187,8 +187,8 @@ def _fields_source(config, train, held, kinds) -> Source:
                 fits = tf.reduce_all(tf.shape(value)[:2] == tf.shape(example["image"])[:2])
                 ok = ok & fits
                 value = tf.cast(value, kind.dtype)
-                value = tf.cond(fits, lambda v=value: v,
-                                lambda k=kind, v=value: tf.fill(tf.shape(example["image"])[:2], tf.cast(k.fill, k.dtype)))
+                blank = tf.cast(kind.fill, kind.dtype)
+                value = tf.cond(fits, lambda v=value: v, lambda b=blank: tf.fill(tf.shape(example["image"])[:2], b))
             elif name in kinds and kinds[name].dtype != tf.string:
                 value = tf.cast(value, kinds[name].dtype)
             example[name] = tf.cast(value, tf.int32) if name == "label" else value
