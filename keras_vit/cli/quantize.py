@@ -46,6 +46,7 @@ def run(args):
     from keras_vit import runs
     from keras_vit.errors import UserError
     from keras_vit.model.quantization import check_mode, quantize, weight_bytes
+    from keras_vit.export.serving import input_size
     from keras_vit.runs.source import open_model
 
     check_mode(args.mode)
@@ -67,7 +68,7 @@ def run(args):
     if not hasattr(model, "config"):
         raise UserError(f"{args.source} is not a keras_vit ViT: keras-vit quantize quantises the encoder blocks of "
                         f"keras_vit models (any family).")
-    data = _images(args.data, model, args.num_images)
+    data = _images(args.data, input_size(model), args.num_images)
     print(f"{source.description}: {model.count_params():,} parameters; quantising the encoder blocks' "
           f"{6 * model.config.num_layers} projections to {args.mode}", flush=True)
     start = time.perf_counter()
@@ -110,8 +111,6 @@ def _task_run(args, task, out) -> int:
     import numpy as np
 
     from keras_vit import runs
-    from keras_vit.export import data as data_lib
-    from keras_vit.export.task_export import input_size, served
     from keras_vit.model.quantization import quantize, weight_bytes
     from keras_vit.runs.folder import CONFIG_FILE, LABELS_FILE
     from keras_vit.model import PatchGridModel, task_model
@@ -125,9 +124,8 @@ def _task_run(args, task, out) -> int:
               "seconds": round(time.perf_counter() - start, 1),
               "weights_bytes": {"float": weight_bytes(model), args.mode: weight_bytes(quantized)}}
     if args.data is not None:
-        *size, channels = input_size(model)
-        images = data_lib.load_sample(args.data, tuple(size), channels, args.num_images).images
-        reference, answers = served(model, task)(images), served(quantized, task)(images)
+        images = _images(args.data, model.input_size, args.num_images).images
+        reference, answers = task.serve(model, images), task.serve(quantized, images)
         floats = [k for k in reference if np.asarray(reference[k]).dtype.kind == "f"]
         report["agreement"] = {"images": len(images), "data": os.fspath(args.data), "max_abs_diff": max(
             [float(np.max(np.abs(np.asarray(answers[k]) - np.asarray(reference[k])))) for k in floats] or [0.0]),
@@ -145,14 +143,14 @@ def _task_run(args, task, out) -> int:
     return 0
 
 
-def _images(spec, model, limit):
-    """The sample of --data to compare on (pixels 0..255), or None without --data."""
+def _images(spec, shape, limit):
+    """The sample of --data to compare on (pixels 0..255 at `shape`: height, width,
+    channels), or None without --data."""
     if spec is None:
         return None
     from keras_vit.export import data as data_lib
-    from keras_vit.export.serving import input_size
 
-    *size, channels = input_size(model)
+    *size, channels = shape
     return data_lib.load_sample(spec, tuple(size), channels, limit)
 
 

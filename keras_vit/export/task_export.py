@@ -83,34 +83,13 @@ def _formats(formats):
     return [n.strip().replace("-", "_") for n in names if n.strip()] or [FORMAT]
 
 
-def input_size(model):
-    """(height, width, channels) of a Task model's ViT."""
-    vit = model.vit
-    return (*vit.image_size, int(vit.inputs[0].shape[-1]))
-
-
 def _validation_images(model, validation_data):
     from keras_vit.export import data as data_lib
 
-    *size, channels = input_size(model)
+    *size, channels = model.input_size
     if validation_data is None:
         return data_lib.random_images(8, tuple(size), channels).images
     return data_lib.load(validation_data, tuple(size), channels).images[:32]
-
-
-def served(model, task):
-    """pixels float32 (B, H, W, C) 0..255 -> the Task's outputs, scaled as the run trained."""
-    import tensorflow as tf
-
-    from keras_vit import images as images_lib
-
-    normalization = model.vit.config.pixel_normalization
-
-    def serve(images):
-        x = images_lib.normalize(tf.cast(images, tf.float32), normalization)
-        return task.serving_outputs(model, x)
-
-    return serve
 
 
 def _write(model, task, path) -> None:
@@ -119,8 +98,10 @@ def _write(model, task, path) -> None:
     from keras_vit.export import archive
     from keras_vit.export import image_bytes as bytes_lib
 
-    height, width, channels = input_size(model)
-    serve = served(model, task)
+    height, width, channels = model.input_size
+
+    def serve(images):
+        return task.serve(model, images)
 
     def serve_bytes(image_bytes):
         images = tf.map_fn(lambda encoded: bytes_lib.load_image(encoded, (height, width), channels), image_bytes,
@@ -137,12 +118,12 @@ def _validate(model, task, path, images) -> Dict:
     """Both signatures of the SavedModel at `path`, loaded back, against Keras on `images`."""
     import tensorflow as tf
 
-    keras_outputs = {k: np.asarray(v) for k, v in served(model, task)(tf.constant(images, tf.float32)).items()}
+    keras_outputs = {k: np.asarray(v) for k, v in task.serve(model, tf.constant(images, tf.float32)).items()}
     loaded = tf.saved_model.load(path)
     encoded = tf.constant([_png(np.round(image).astype(np.uint8)) for image in images])
     problems, largest = [], 0.0
     pixels = tf.constant(np.round(images), tf.float32)  # what PNG keeps of them
-    keras_rounded = {k: np.asarray(v) for k, v in served(model, task)(pixels).items()}
+    keras_rounded = {k: np.asarray(v) for k, v in task.serve(model, pixels).items()}
     for signature, argument, reference in (("serving_default", tf.constant(images, tf.float32), keras_outputs),
                                            ("serving_bytes", encoded, keras_rounded)):
         outputs = loaded.signatures[signature](**{"images" if signature == "serving_default" else "image_bytes":

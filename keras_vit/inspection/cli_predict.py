@@ -68,23 +68,22 @@ def run(args):
 
     task = run_task(args.model)
     if task is not None:  # a run of a Task whose model is not a classifier: its outputs, in its words
-        return _print_task(args, task, predict_task)
-    source, size = open_sized(args)
-    predictions, failures = predict_files(
-        source.model, args.images, top_k=args.top, labels=source.labels, batch_size=args.batch_size,
-        recursive=args.recursive, progress=False if args.no_progress else None, image_size=size,
-        max_num_patches=args.max_num_patches,
-    )
+        predictions, failures = predict_task(args.model, task, args.images, batch_size=args.batch_size,
+                                             recursive=args.recursive)
+        show = _task_lines(task, args.json)
+    else:
+        source, size = open_sized(args)
+        predictions, failures = predict_files(
+            source.model, args.images, top_k=args.top, labels=source.labels, batch_size=args.batch_size,
+            recursive=args.recursive, progress=False if args.no_progress else None, image_size=size,
+            max_num_patches=args.max_num_patches,
+        )
+        show = _class_lines(args.json)
     failures = folders_without_images(args.images, args.recursive) + failures
     if not predictions:
         raise UsageError(nothing_read(failures))
     for prediction in predictions:
-        if args.json:
-            print(json.dumps(prediction.to_dict()))
-            continue
-        print(prediction.path)
-        for label, p in zip(prediction.labels, prediction.probabilities):
-            print(f"  {p:7.4f}  {label}")
+        show(prediction)
     for path, reason in failures:
         print(f"keras-vit predict: skipped {path}: {reason}", file=sys.stderr)
     if failures:
@@ -94,21 +93,28 @@ def run(args):
     return 0
 
 
-def _print_task(args, task, predict_task) -> int:
+def _class_lines(as_json):
+    """A classifier's prediction: its top classes, a line each (or one JSON object)."""
+    def show(prediction):
+        if as_json:
+            print(json.dumps(prediction.to_dict()))
+            return
+        print(prediction.path)
+        for label, p in zip(prediction.labels, prediction.probabilities):
+            print(f"  {p:7.4f}  {label}")
+
+    return show
+
+
+def _task_lines(task, as_json):
+    """(path, outputs) of a Task's run: Task.describe_outputs' line (or the arrays as JSON)."""
     import numpy as np
 
-    from keras_vit.inspection.predict import folders_without_images, nothing_read
-
-    predictions, failures = predict_task(args.model, task, args.images, batch_size=args.batch_size,
-                                         recursive=args.recursive)
-    failures = folders_without_images(args.images, args.recursive) + failures
-    if not predictions:
-        raise UsageError(nothing_read(failures))
-    for path, outputs in predictions:
-        if args.json:
+    def show(prediction):
+        path, outputs = prediction
+        if as_json:
             print(json.dumps({"path": path, **{k: np.asarray(v).tolist() for k, v in outputs.items()}}))
         else:
             print(f"{path}\n  {task.describe_outputs(outputs)}")
-    for path, reason in failures:
-        print(f"keras-vit predict: skipped {path}: {reason}", file=sys.stderr)
-    return 1 if failures else 0
+
+    return show

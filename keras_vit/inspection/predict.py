@@ -77,24 +77,17 @@ def predict_task(path, task, paths, batch_size=32, recursive=False):
     """The served outputs (Task.serving_outputs) of the run at `path` for image files and folders:
     ([(file, {output: numpy value})] in input order, [(file, reason)] of files that failed). Each
     image is resized to the run's size and scaled as it trained."""
-    import tensorflow as tf
-
-    from keras_vit import images as images_lib
-
     from keras_vit.model.patch_grid import task_model
 
     model = task_model(runs.load_model(path), "predict")
-    height, width = model.vit.image_size
-    channels = int(model.vit.inputs[0].shape[-1])
-    normalization = model.vit.config.pixel_normalization
+    height, width, channels = model.input_size
     files = find_images(paths, recursive=recursive)
     predictions, failures = [], []
     for start in range(0, len(files), batch_size):
-        pixels, read, failed = images_lib.load_images(files[start:start + batch_size], (height, width), channels)
+        pixels, read, failed = load_images(files[start:start + batch_size], (height, width), channels)
         failures += failed
         if read:
-            x = images_lib.normalize(tf.constant(pixels, tf.float32), normalization)
-            outputs = {k: np.asarray(v) for k, v in task.serving_outputs(model, x).items()}
+            outputs = {k: np.asarray(v) for k, v in task.serve(model, pixels).items()}
             predictions += [(file, {k: v[i] for k, v in outputs.items()}) for i, file in enumerate(read)]
     return predictions, failures
 

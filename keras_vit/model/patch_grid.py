@@ -41,6 +41,11 @@ class PatchGridModel(keras.Model):
             unused.trainable = False
         self.built = True
 
+    @property
+    def input_size(self):
+        """(height, width, channels) of the images it takes: its ViT's."""
+        return (*self.vit.image_size, self.vit.num_channels)
+
     def patch_grid(self, images, training=False):
         """The encoder's patch tokens as (B, rows, cols, D): the prefix tokens (class, registers) off."""
         vit = self.vit

@@ -27,6 +27,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from keras_vit import images as images_lib
 from keras_vit.tasks.fields import CLASSIFICATION_FIELDS, FieldKind
 from keras_vit.utils.console import warn
 
@@ -141,6 +142,12 @@ class Task:
         model is not a classifier names its outputs here."""
         outputs = model(images, training=False)
         return outputs if isinstance(outputs, dict) else {"outputs": outputs}
+
+    def serve(self, model, pixels) -> Dict[str, tf.Tensor]:
+        """`serving_outputs` of pixels 0..255 (B, H, W, C), scaled as the model's ViT takes them
+        (keras_vit.images.pixel_normalization): what export, predict and quantize run."""
+        x = images_lib.normalize(tf.cast(pixels, tf.float32), images_lib.pixel_normalization(model.vit))
+        return self.serving_outputs(model, x)
 
     def describe_outputs(self, outputs: Dict[str, Any]) -> str:
         """One line of one image's served outputs (numpy), as `keras-vit predict` prints it:

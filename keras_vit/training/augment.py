@@ -460,23 +460,38 @@ def _apply(op, example, kinds, size, seed):
     raise ValueError(f"unknown augmentation op {name!r}")
 
 
-def fields_transform(plan):
+def fields_transform(plan, ops=None, kinds=None):
     """(example {field: decoded value}, int64 seed pair) -> the example as the
     model takes it: the image (float (H, W, C) 0..255 of any size) through the
-    plan's ops to (plan.image_size, C) in the model's range, every mask or
-    depth map moved with it to (plan.image_size) (plan.fields says each
-    field's kind); other fields as they are."""
-    size, channels, kinds = tuple(plan.image_size), plan.num_channels, plan.fields
+    plan's ops (or `ops`) to (plan.image_size, C) in the model's range, every
+    mask or depth map moved with it to (plan.image_size) (`kinds`, default
+    plan.fields, says each field's kind); other fields as they are."""
+    size, channels = tuple(plan.image_size), plan.num_channels
+    ops, kinds = plan.augmentation if ops is None else ops, plan.fields if kinds is None else kinds
 
     def transform(example, seed):
         example = {name: fields.to_travel(name, kinds[name], value) for name, value in example.items()}
         example["image"].set_shape([None, None, channels])
-        for op in plan.augmentation:
+        for op in ops:
             example = _apply(op, example, kinds, size, seed)
         example["image"] = tf.ensure_shape(example["image"], [size[0], size[1], channels])
         return {name: fields.from_travel(kinds[name], value) for name, value in example.items()}
 
     return transform
+
+
+def resize_transform(plan, kinds):
+    """example {field: decoded value} -> resized to the plan's size (masks and depth maps
+    nearest) and scaled as the model takes it, nothing drawn: what evaluation and the few-shot
+    probe read."""
+    transform = fields_transform(plan, ({"op": "resize"}, {"op": "to_model_range",
+                                                           "normalization": plan.pixel_normalization}), kinds)
+    no_seed = tf.zeros([2], tf.int64)  # resize and the scale draw nothing
+
+    def resized(example):
+        return transform(example, no_seed)
+
+    return resized
 
 
 def example_transform(plan):

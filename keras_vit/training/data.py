@@ -99,17 +99,13 @@ def _decoded(source, plan, raw_example, fields):
 
 def _resized(source, plan, fields):
     """Evaluation's and few-shot's decoding: resized only (masks and depth maps nearest), scaled as
-    the model takes it."""
+    the model takes it (augment.resize_transform)."""
+    transform = augment_lib.resize_transform(plan, fields)
+
     @tf.autograph.experimental.do_not_convert
     def prepare(*raw_example):
         example, ok = _decoded(source, plan, raw_example, fields)
-        for name, kind in fields.items():
-            if kind.spatial and name != "image":
-                travel = fields_lib.resize_map(fields_lib.to_travel(name, kind, example[name]), plan.image_size, kind)
-                example[name] = fields_lib.from_travel(kind, travel)
-        image = images_lib.resize(example["image"], plan.image_size)
-        example["image"] = images_lib.normalize(image, plan.pixel_normalization)
-        return example, ok
+        return transform(example), ok
 
     return prepare
 
@@ -160,6 +156,7 @@ def plain_dataset(source: Source, plan, split: str, batch_size: int, limit: Opti
     ds = source.examples(split, 0, 1)
     if limit:
         ds = ds.take(limit)
-    ds = ds.map(_resized(source, plan, fields_lib.CLASSIFICATION_FIELDS), num_parallel_calls=AUTOTUNE, deterministic=True)
+    ds = ds.map(_resized(source, plan, fields_lib.CLASSIFICATION_FIELDS), num_parallel_calls=AUTOTUNE,
+                deterministic=True)
     # Few-shot features: an image that failed to decode is simply left out.
     return _finish(ds.filter(_second).map(_first).batch(batch_size))

@@ -54,8 +54,7 @@ def object_source(config, dataset, shard, fields=None) -> Source:
     class_names = getattr(dataset if not isinstance(dataset, (tuple, list)) else dataset[0], "class_names", None)
     num_classes = config.num_classes or (len(class_names) if class_names else None)
     if num_classes is None:  # one pass over the labels
-        num_classes = 1 + max(int(v.map(lambda image, label: tf.cast(label, tf.int64)).reduce(
-            np.int64(-1), tf.maximum)) for v in datasets.values())
+        num_classes = _classes_by_largest_label(datasets, 1)
     # Images of varying sizes travel as serialized tensors (one string each),
     # so that the stream's shuffle blocks can batch them.
     fixed = None not in image_spec.shape[:2]
@@ -71,6 +70,15 @@ def _splits(train, held):
         held = numbered.filter(_is_held_out).map(_unnumbered)
         train = numbered.filter(_is_kept).map(_unnumbered)
     return {"train": train, "eval": held}
+
+
+def _classes_by_largest_label(datasets, label_at: int) -> int:
+    """1 + the largest label of rows' column `label_at` over every split (one pass)."""
+    @tf.autograph.experimental.do_not_convert
+    def label(*row):
+        return tf.cast(row[label_at], tf.int64)
+
+    return 1 + max(int(v.map(label).reduce(np.int64(-1), tf.maximum)) for v in datasets.values())
 
 
 def _dataset_source(datasets, raw_of, decode, num_classes, image_spec, **fields) -> Source:
@@ -159,8 +167,7 @@ def _fields_source(config, train, held, kinds) -> Source:
     spatial = [i for i, k in enumerate(order) if specs[k].shape.rank and specs[k].shape.rank >= 2]
     if "label" in order:
         label_at = order.index("label")
-        num_classes = config.num_classes or 1 + max(int(v.map(lambda *row: tf.cast(row[label_at], tf.int64)).reduce(
-            np.int64(-1), tf.maximum)) for v in datasets.values())
+        num_classes = config.num_classes or _classes_by_largest_label(datasets, label_at)
     elif config.num_classes:
         num_classes = config.num_classes
     else:
