@@ -434,3 +434,50 @@ class ViTConfig:
         """The config `to_dict` wrote (fields added since are at their
         defaults in older files, which is what those models were)."""
         return cls(**d)
+
+
+# How a text tower reads one vector off its tokens: the last position (SigLIP, which pads to
+# its full length), the first end-of-text token (CLIP), or the largest id (CLIP files from
+# before transformers' PR 24773, whose eos_token_id of 2 is wrong: the end token has the largest id).
+TEXT_POOLINGS = ("last", "eos", "max_id")
+
+
+@dataclasses.dataclass(frozen=True)
+class TextConfig:
+    """The text tower of an image-text model (SigLIP, SigLIP2, CLIP, MetaCLIP 2): tokens and
+    learned positions, pre-LayerNorm encoder blocks (causal in CLIP's), a final LayerNorm, one
+    pooled token, a projection to the shared embedding."""
+
+    vocab_size: int
+    max_positions: int
+    width: int
+    num_layers: int
+    num_heads: int
+    mlp_dim: int
+    layer_norm_epsilon: float = 1e-6
+    mlp_activation: str = "gelu"
+    gelu_approximate: bool = True
+    causal: bool = False
+    pooling: str = "last"
+    eos_token_id: Optional[int] = None
+    projection_size: Optional[int] = None
+    projection_bias: bool = True
+
+    def __post_init__(self):
+        if self.pooling not in TEXT_POOLINGS:
+            raise UserError(f"TextConfig.pooling={self.pooling!r}: choose one of {', '.join(TEXT_POOLINGS)}.")
+        if self.pooling == "eos" and self.eos_token_id is None:
+            raise UserError("TextConfig.pooling='eos' needs eos_token_id, the end-of-text token it reads.")
+        if self.width % self.num_heads:
+            raise UserError(f"TextConfig: width {self.width} is not divisible by num_heads {self.num_heads}.")
+
+    @property
+    def embedding_size(self) -> int:
+        return self.projection_size or self.width
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "TextConfig":
+        return cls(**d)

@@ -56,6 +56,9 @@ def families(job_path):
     images = np.load(job["images"])
     results = {"backend": keras.backend.backend()}
     for case in job["cases"]:
+        if case["name"] == "image_text":
+            results.update(image_text(case, images["image_text"]))
+            continue
         name, directory, size = case["name"], case["directory"], case["size"]
         native = keras_vit.from_pretrained(directory)
         results[name + "/native"] = keras.ops.convert_to_numpy(native(images[name + "/native"])).tolist()
@@ -67,6 +70,18 @@ def families(job_path):
             padded = native.call_padded(images[name + "/padded"], images[name + "/grids"])
             results[name + "/padded"] = keras.ops.convert_to_numpy(padded).tolist()
     json.dump(results, open(job["out"], "w"))
+
+
+def image_text(case, x):
+    """Both towers of an image-text folder: what tests/test_image_text.py's reference computes."""
+    from tests.test_image_text import LABELS, TEMPLATES, TEXTS
+
+    model = keras_vit.from_pretrained(case["directory"], task="image_text")
+    tokens = model.tokenize(TEXTS)
+    outputs = dict(token_ids=tokens["token_ids"], token_mask=tokens["token_mask"], text=model.text_embeddings(TEXTS),
+                   image=model.image_embeddings(x), logits=model.logits(x, TEXTS),
+                   zero_shot=model.zero_shot(x, LABELS, TEMPLATES))
+    return {f"image_text/{case['family']}/{key}": np.asarray(value).tolist() for key, value in outputs.items()}
 
 
 if __name__ == "__main__":

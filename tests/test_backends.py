@@ -21,6 +21,9 @@ from tests.official_format import official_params, write_npz
 from tests.test_hf_families import ANY_SIZE as NAFLEX
 from tests.test_hf_families import CASES as HF_CASES
 from tests.test_hf_families import expected, images, saved
+from tests.image_text_helpers import save_family
+from tests.test_image_text import FAMILIES as IMAGE_TEXT_FAMILIES
+from tests.test_image_text import reference as image_text_reference
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CASES = {
@@ -71,6 +74,14 @@ def transformers_side(tmp_path_factory):
             arrays[name + "/padded"], arrays[name + "/grids"] = keras_vit.pad_batch(padded, HF_CASES[name][4])
             want[name + "/padded"] = expected(hf, name, padded)
         cases.append(dict(name=name, directory=str(directory), size=size if np.isscalar(size) else list(size)))
+    # Both towers of each image-text family: tokens, text and image features, logits, zero-shot.
+    x = np.random.default_rng(0).normal(size=(3, 32, 32, 3)).astype(np.float32)
+    arrays["image_text"] = x
+    for i, family in enumerate(IMAGE_TEXT_FAMILIES):
+        hf, tokenizer = save_family(family, tmp / f"image_text_{family}", seed=i)
+        for key, value in image_text_reference(family, hf, tokenizer, x).items():
+            want[f"image_text/{family}/{key}"] = value
+        cases.append(dict(name="image_text", family=family, directory=str(tmp / f"image_text_{family}")))
     np.savez(tmp / "images.npz", **arrays)
     return tmp, cases, want
 
@@ -144,5 +155,8 @@ def test_family_checkpoints_match_transformers_on_every_backend(backend, transfo
     _, _, results = other_backends(backend)
     assert results["backend"] == backend
     for key, value in want.items():
-        assert np.abs(value).max() > 0.3, key  # a real signal
+        if key.endswith("/token_ids") or key.endswith("/token_mask"):  # token for token
+            np.testing.assert_array_equal(np.asarray(results[key]), value, err_msg=key)
+            continue
+        assert np.abs(value).max() > (0.05 if key.startswith("image_text/") else 0.3), key  # a real signal
         np.testing.assert_allclose(np.asarray(results[key]), value, atol=1e-4, rtol=0, err_msg=key)

@@ -30,6 +30,8 @@ LAYERS = [
     ("foundation", ["keras_vit.errors", "keras_vit.config", "keras_vit.variants", "keras_vit.images",
                     "keras_vit.utils", "keras_vit.utils.*", "keras_vit.data", "keras_vit.data.*"]),
     ("layers", ["keras_vit.layers", "keras_vit.layers.*"]),
+    # Texts to token ids (an image-text checkpoint's own tokenizer): read by the weights' loader.
+    ("text", ["keras_vit.text", "keras_vit.text.*"]),
     # Reading checkpoints into a model it is given (the constructors' weights=): below the model.
     ("weights", ["keras_vit.weights", "keras_vit.weights.*"]),
     ("model", ["keras_vit.model", "keras_vit.model.*"]),

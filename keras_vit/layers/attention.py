@@ -17,8 +17,11 @@ ATTENTION_PROJECTIONS = ("query", "key", "value", "out")
 
 
 def key_mask(attention_mask):
-    """(B, N) real-token flags -> the (B, 1, 1, N) boolean mask of the keys every query may see."""
-    return ops.cast(attention_mask, "bool")[:, None, None, :]
+    """The boolean mask of the keys each query may see, for every head: (B, N) real-token flags
+    (the same keys for every query) -> (B, 1, 1, N); (B, N, N) flags of query i seeing key j
+    (a text tower's causal mask) -> (B, 1, N, N)."""
+    mask = ops.cast(attention_mask, "bool")
+    return mask[:, None, None, :] if len(mask.shape) == 2 else mask[:, None, :, :]
 
 
 def masked_softmax(logits, attention_mask=None):
@@ -64,7 +67,8 @@ class MultiHeadSelfAttention(keras.layers.Layer):
     `call(x, attention_mask=m)`: m (B, N) is True where a token is real and
     False where it is padding (a NaFlex batch, keras_vit.model.naflex): no
     token attends to padding, so a real token's output is the same as in
-    its image alone.
+    its image alone. m (B, N, N) says which keys each query sees (CLIP's
+    text tower: the causal mask and the padding together).
 
     `call(x, return_attention_scores=True)` also returns the probabilities
     (B, heads, N, N). The fast path uses `keras.ops.dot_product_attention`

@@ -8,6 +8,8 @@ of those imports the other's caller.
 
 from __future__ import annotations
 
+import os
+
 from keras_vit.errors import UserError
 from keras_vit.model import ViT
 from keras_vit.weights.npz import load_checkpoint
@@ -17,11 +19,15 @@ _MODEL_ARGS = ("image_size", "num_classes", "include_top", "include_preprocessin
                "num_channels", "name", "trainable", "dtype", "dynamic_image_size", "dynamic_image_pad")
 
 
-def from_pretrained(source, **overrides):
+def from_pretrained(source, task=None, **overrides):
     """A keras_vit.ViT built from a checkpoint's own config, its weights loaded.
 
     Args:
         source: any checkpoint source (see keras_vit.weights.sources).
+        task: None (an image model), or "image_text": both towers of a SigLIP, SigLIP2, CLIP
+            or MetaCLIP 2 checkpoint (transformers' *Model, with its tokenizer files beside
+            it) as a keras_vit.model.image_text.ImageTextModel, which tokenizes, embeds
+            images and texts, and classifies zero-shot.
 
     Keyword Args:
         image_size: another input size; the position embedding is resized.
@@ -44,8 +50,17 @@ def from_pretrained(source, **overrides):
 
     The checkpoint's class names, when it has them, are kept as `model.labels`.
     """
+    if task == "image_text":
+        return _image_text(source, **overrides)
+    if task is not None:
+        raise UserError(f"from_pretrained(task={task!r}): give task='image_text' for both towers of an "
+                        f"image-text checkpoint, or leave task out for an image model.")
     new_head = overrides.get("num_classes") is not None and overrides.get("include_top", True) is not False
-    checkpoint = open_checkpoint(source, new_head=new_head)
+    return _image_model(open_checkpoint(source, new_head=new_head), overrides)
+
+
+def _image_model(checkpoint, overrides):
+    """The ViT of a Checkpoint, from_pretrained's overrides applied."""
     overrides_given = set(overrides)
     model_args = {k: overrides.pop(k) for k in _MODEL_ARGS if k in overrides}
     config = checkpoint.config.replace(**overrides) if overrides else checkpoint.config
@@ -70,3 +85,50 @@ def from_pretrained(source, **overrides):
     if model.include_top and model.num_classes == head:
         model.labels = checkpoint.labels
     return model
+
+
+def _image_text(source, **overrides):
+    """from_pretrained(source, task="image_text"): both towers, the logit scale and the tokenizer."""
+    from keras_vit.model.image_text import ImageTextModel
+    from keras_vit.text.tokenizer import read_tokenizer
+    from keras_vit.weights.checkpoint import read_json
+    from keras_vit.weights.hf import is_hf_directory, read_hf_directory, read_hf_tensors
+    from keras_vit.weights.hf_text import load_text_params, read_text_half
+
+    directory, where = _image_text_directory(source)
+    hf = read_json(os.path.join(directory, "config.json"))
+    tensors = read_hf_tensors(directory, where)
+    text = read_text_half(hf, tensors, where)  # first: it names a single tower or another model
+    tokenizer = read_tokenizer(directory, text.model_type, text.config.max_positions, where, text.pad_token_id)
+    for key in ("include_top", "num_classes"):
+        if overrides.get(key):
+            raise UserError(f"from_pretrained(task='image_text') has no classification head ({key}=...): it "
+                            f"classifies with texts (zero_shot); leave {key} out.")
+    overrides = dict(overrides, include_top=False)
+    image_tower = _image_model(read_hf_directory(directory, source=where, tensors=tensors), overrides)
+    model = ImageTextModel(image_tower, text.config, loss=text.loss, uses_token_mask=tokenizer.returns_mask,
+                           family=text.family, tokenizer=tokenizer, name=f"{text.model_type}_image_text")
+    load_text_params(model.text_tower, text.params, where)
+    model.logit_scale.assign(text.logit_scale)
+    if model.logit_bias is not None:
+        model.logit_bias.assign(text.logit_bias)
+    model.source, model.directory = where, directory
+    return model
+
+
+def _image_text_directory(source):
+    """(local folder, the name to report) of an image-text source: a folder or an hf: name."""
+    from keras_vit.weights.hf import is_hf_directory
+
+    source = os.fspath(source)
+    if source.startswith("hf:"):
+        from keras_vit.weights.download import TOKENIZER_FILES, hf_directory
+        from keras_vit.weights.sources import _split_revision
+
+        repo, revision = _split_revision(source[3:])
+        return hf_directory(repo, revision, also=TOKENIZER_FILES), source
+    if not os.path.isdir(source) or not is_hf_directory(source):
+        raise UserError(f"{source!r} is not an HF transformers folder (config.json with model_type, "
+                        f"model.safetensors, tokenizer files): image-text models load from a folder that "
+                        f"SiglipModel/CLIPModel.save_pretrained and its processor wrote, or an 'hf:ORG/NAME'.")
+    return source, source

@@ -114,14 +114,21 @@ def _refuse_pickle_only(repo, revision, source):
     )
 
 
-def hf_directory(repo: str, revision: Optional[str] = None) -> str:
-    """The local snapshot directory of an HF transformers repo (config.json + model.safetensors)."""
+# What a tokenizer leaves beside an image-text checkpoint (keras_vit.text.tokenizer reads them).
+TOKENIZER_FILES = ("tokenizer.json", "spiece.model", "tokenizer_config.json", "special_tokens_map.json")
+
+
+def hf_directory(repo: str, revision: Optional[str] = None, also=()) -> str:
+    """The local snapshot directory of an HF transformers repo (config.json + model.safetensors),
+    with those of the files named in `also` (TOKENIZER_FILES) that the repo has."""
     source = f"hf:{repo}" + (f"@{revision}" if revision else "")
     online = _reachable(repo, "config.json", revision)
     config = _fetch(repo, "config.json", revision, source, online=online)
     weights = _fetch(repo, "model.safetensors", revision, source, online=online)
     # What pixels the weights expect (ViT repos of DeiT's weights normalise with ImageNet's mean/std).
     _fetch(repo, "preprocessor_config.json", revision, source, required=False, online=online)
+    for name in also:
+        _fetch(repo, name, revision, source, required=False, online=online)
     directory = os.path.dirname(config)
     if os.path.dirname(weights) != directory:  # pragma: no cover - one snapshot holds both
         raise CannotContinue(f"{source}: config.json and model.safetensors came from different snapshots.")

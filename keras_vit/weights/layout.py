@@ -206,7 +206,25 @@ def variables_by_key(model) -> Dict[str, object]:
         out["reg_tokens"] = model.register_tokens.tokens
     out.update(_position_embedding(model.position_embedding))
     out.update(_optional("pre_norm", model.pre_norm, _norm))
-    for i, block in enumerate(model.encoder.blocks):
+    out.update(_blocks(model.encoder))
+    out.update(_optional(ENCODER_NORM, model.encoder.encoder_norm, _norm))
+    if model.config.classifier == "map":
+        out.update(_map_head(model.pooling))
+    elif model.config.classifier == "attention_pool":
+        out.update(_attention_pool(model.pooling))
+    out.update(_optional("pooled_norm", model.pooled_norm, _norm))
+    if model.projection is not None:
+        out["projection/kernel"] = model.projection.kernel
+    out.update(_optional("pre_logits", model.pre_logits, _dense))
+    if model.head is not None:
+        out.update(_head(model.head))
+    return out
+
+
+def _blocks(encoder) -> Dict[str, object]:
+    """{key: variable} of an Encoder's blocks (the image tower's and the text tower's alike)."""
+    out = {}
+    for i, block in enumerate(encoder.blocks):
         attention = block.attention
         out.update(_norm(block_key(i, "norm1"), block.attention_norm))
         for name in ("query", "key", "value", "out"):
@@ -226,15 +244,17 @@ def variables_by_key(model) -> Dict[str, object]:
         for name, scale in (("ls1", block.attention_scale), ("ls2", block.mlp_scale)):
             if scale is not None:  # LayerScale (DINOv2): not in the official layout
                 out[f"{block_key(i, name)}/scale"] = scale.scale
-    out.update(_optional(ENCODER_NORM, model.encoder.encoder_norm, _norm))
-    if model.config.classifier == "map":
-        out.update(_map_head(model.pooling))
-    elif model.config.classifier == "attention_pool":
-        out.update(_attention_pool(model.pooling))
-    out.update(_optional("pooled_norm", model.pooled_norm, _norm))
-    if model.projection is not None:
-        out["projection/kernel"] = model.projection.kernel
-    out.update(_optional("pre_logits", model.pre_logits, _dense))
-    if model.head is not None:
-        out.update(_head(model.head))
     return out
+
+
+TEXT_ROOT = "text/"  # a text tower's keys: its own, and the image tower's table under this prefix
+
+
+def text_variables_by_key(tower) -> Dict[str, object]:
+    """{key: variable} for every weight of a TextTower (keras_vit.model.text_tower): the token
+    and position tables, the blocks and final norm under the image tower's names, the projection."""
+    out = {"token_embedding": tower.embedding.token_table, "position_embedding": tower.embedding.position_table}
+    out.update(_blocks(tower.encoder))
+    out.update(_norm(ENCODER_NORM, tower.encoder.encoder_norm))
+    out.update(_optional("projection", tower.projection, _dense))
+    return {TEXT_ROOT + key: variable for key, variable in out.items()}

@@ -1,0 +1,179 @@
+"""Image-text models (SigLIP, SigLIP2, CLIP, MetaCLIP 2) against transformers: small random
+checkpoints with perturbed weights and a tokenizer of each family's own class, saved by
+transformers (tests/image_text_helpers.py), give transformers' token ids, text and image
+features, logits and zero-shot probabilities. JAX and PyTorch: tests/test_backends.py."""
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+
+import keras_vit
+from keras_vit.errors import UserError
+from tests.image_text_helpers import save_family
+from tests.test_hf_families import naflex_inputs
+
+FAMILIES = ("siglip", "siglip2", "clip", "metaclip_2")
+TEXTS = ["A photo of a CAT!", "two  dogs   playing", " a close-up of a fish ", "Ünïcode café—naïve",
+         "numbers 1 2 3, and: punctuation?!", "the quick brown fox jumps over the lazy dog and keeps running far "
+         "away past everything it sees"]  # the last is longer than every tower's positions
+LABELS = ["cat", "dog", "a red sofa"]
+TEMPLATES = ["a photo of a {}.", "a blurry photo of the {}"]
+
+
+def transformers_tokens(family, hf, tokenizer, texts):
+    """What the family's processor hands the model: SigLIP's padded to the tower's length."""
+    length = hf.config.text_config.max_position_embeddings
+    padding = "max_length" if family.startswith("siglip") else True
+    return tokenizer(texts, padding=padding, max_length=length, truncation=True, return_tensors="pt")
+
+
+def transformers_pixels(family, x):
+    if family == "siglip2":
+        return naflex_inputs(list(x), 8)
+    return {"pixel_values": torch.from_numpy(np.ascontiguousarray(x.transpose(0, 3, 1, 2)))}
+
+
+def reference(family, hf, tokenizer, x):
+    """transformers' tokens, features, logits and zero-shot probabilities (with a prompt ensemble,
+    computed here from its own text features)."""
+    tokens = transformers_tokens(family, hf, tokenizer, TEXTS)
+    with torch.no_grad():
+        text = hf.get_text_features(**tokens).pooler_output.numpy()
+        image = hf.get_image_features(**transformers_pixels(family, x)).pooler_output.numpy()
+        logits = hf(**tokens, **transformers_pixels(family, x)).logits_per_image.numpy()
+        prompts = transformers_tokens(family, hf, tokenizer, [t.format(label) for label in LABELS for t in TEMPLATES])
+        prompted = hf.get_text_features(**prompts).pooler_output.numpy()
+        scale, bias = hf.logit_scale.exp().item(), getattr(hf, "logit_bias", None)
+    unit = lambda v: v / np.linalg.norm(v, axis=-1, keepdims=True)  # noqa: E731
+    ensemble = unit(unit(prompted).reshape(len(LABELS), len(TEMPLATES), -1).mean(1))
+    label_logits = unit(image) @ ensemble.T * scale + (0.0 if bias is None else bias.item())
+    if family.startswith("siglip"):
+        zero_shot = 1 / (1 + np.exp(-label_logits))
+    else:
+        zero_shot = np.exp(label_logits) / np.exp(label_logits).sum(1, keepdims=True)
+    return dict(token_ids=tokens["input_ids"].numpy(), token_mask=tokens["attention_mask"].numpy(), text=text,
+                image=image, logits=logits, zero_shot=zero_shot)
+
+
+@pytest.fixture(scope="module")
+def saved(tmp_path_factory):
+    """family -> (folder, transformers' outputs, images), each family written once."""
+    root = tmp_path_factory.mktemp("image_text")
+    x = np.random.default_rng(0).normal(size=(3, 32, 32, 3)).astype(np.float32)
+    out = {}
+    for i, family in enumerate(FAMILIES):
+        hf, tokenizer = save_family(family, root / family, seed=i)
+        out[family] = (root / family, reference(family, hf, tokenizer, x), hf, tokenizer)
+    return out, x
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_tokens_features_logits_and_zero_shot_equal_transformers(saved, family, capsys):
+    families, x = saved
+    directory, want, _, _ = families[family]
+    model = keras_vit.from_pretrained(str(directory), task="image_text")
+    tokens = model.tokenize(TEXTS)
+    np.testing.assert_array_equal(tokens["token_ids"], want["token_ids"])
+    np.testing.assert_array_equal(tokens["token_mask"], want["token_mask"])
+    assert capsys.readouterr().err.count("longer than the text tower") == 1  # said once
+    model.tokenize(TEXTS)
+    assert "longer" not in capsys.readouterr().err
+    for got, key in ((model.text_embeddings(TEXTS), "text"), (model.image_embeddings(x), "image"),
+                     (model.logits(x, TEXTS), "logits"), (model.zero_shot(x, LABELS, TEMPLATES), "zero_shot")):
+        assert np.abs(want[key]).max() > 0.05, key  # a real signal
+        np.testing.assert_allclose(got, want[key], atol=1e-4, rtol=0, err_msg=key)
+    assert model.loss_kind == ("sigmoid" if family.startswith("siglip") else "softmax")
+
+
+def test_zero_shot_without_templates_reads_each_label_as_given(saved):
+    families, x = saved
+    directory, _, hf, tokenizer = families["clip"]
+    model = keras_vit.from_pretrained(str(directory), task="image_text")
+    with torch.no_grad():
+        out = hf(**transformers_tokens("clip", hf, tokenizer, LABELS), **transformers_pixels("clip", x))
+    want = torch.softmax(out.logits_per_image, dim=-1).numpy()
+    probabilities = model.zero_shot(x, LABELS)
+    np.testing.assert_allclose(probabilities, want, atol=1e-5)
+    np.testing.assert_allclose(probabilities.sum(1), 1.0, atol=1e-5)
+
+
+def test_siglip_files_that_leave_the_mask_out_give_an_unmasked_tower(saved, tmp_path):
+    # SigLIP's hub files say model_input_names ["input_ids"]: transformers then hands the model no
+    # padding mask, and every token (the pooled last one is padding) attends to the padding.
+    families, _ = saved
+    directory, _, hf, tokenizer = families["siglip"]
+    config = directory / "tokenizer_config.json"
+    settings = json.loads(config.read_text())
+    config.write_text(json.dumps(dict(settings, model_input_names=["input_ids"])))
+    try:
+        model = keras_vit.from_pretrained(str(directory), task="image_text")
+    finally:
+        config.write_text(json.dumps(settings))
+    ids = transformers_tokens("siglip", hf, tokenizer, TEXTS[:3])["input_ids"]
+    with torch.no_grad():
+        want = hf.get_text_features(input_ids=ids).pooler_output.numpy()
+        masked = hf.get_text_features(input_ids=ids, attention_mask=(ids != tokenizer.pad_token_id).long()).pooler_output.numpy()
+    assert not model.uses_token_mask
+    assert np.abs(want - masked).max() > 1e-2  # the two readings differ: the test can tell them apart
+    np.testing.assert_allclose(model.text_embeddings(TEXTS[:3]), want, atol=1e-4)
+
+
+@pytest.mark.parametrize("change,match", [
+    (lambda d: [(d / name).unlink() for name in ("tokenizer.json", "spiece.model") if (d / name).exists()],
+     "no tokenizer files"),
+    (lambda d: (d / "config.json").write_text(json.dumps(dict(json.loads((d / "config.json").read_text()),
+                                                               model_type="clip_vision_model"))),
+     "single tower"),
+])
+def test_bad_checkpoints_are_named_in_one_line(saved, tmp_path, change, match):
+    import shutil
+
+    families, _ = saved
+    directory = tmp_path / "copy"
+    shutil.copytree(families["clip"][0], directory)
+    change(directory)
+    with pytest.raises(UserError, match=match) as error:
+        keras_vit.from_pretrained(str(directory), task="image_text")
+    assert "\n" not in str(error.value)
+
+
+@pytest.mark.parametrize("labels,templates,match", [
+    ([], None, "needs labels"), (["cat", "dog", "cat"], None, "given twice"), (["cat", " "], None, "needs labels"),
+    (["cat"], ["a photo"], "must hold the label"),
+])
+def test_bad_labels_and_templates_are_named(saved, labels, templates, match):
+    families, x = saved
+    model = keras_vit.from_pretrained(str(families["clip"][0]), task="image_text")
+    with pytest.raises(UserError, match=match):
+        model.zero_shot(x, labels, templates)
+
+
+def test_zero_shot_command_prints_each_images_probabilities(saved, tmp_path):
+    from PIL import Image
+
+    families, _ = saved
+    photos = tmp_path / "photos"
+    photos.mkdir()
+    rng = np.random.default_rng(1)
+    for name, size in (("wide.png", (20, 50)), ("tall.jpg", (60, 30))):
+        Image.fromarray(rng.integers(0, 255, (*size, 3), dtype=np.uint8)).save(photos / name)
+    (photos / "broken.png").write_bytes(b"not an image")
+    for family in ("clip", "siglip2"):
+        command = [sys.executable, "-m", "keras_vit_cli", "zero-shot", str(families[family][0]), str(photos),
+                   "--labels", "cat,dog,a red sofa", "--template", "a photo of a {}.", "--top", "2", "--json"]
+        done = subprocess.run(command, capture_output=True, text=True, timeout=300)
+        assert done.returncode == 1, done.stderr  # one input failed, named on stderr
+        assert "skipped" in done.stderr and "broken.png" in done.stderr
+        lines = [json.loads(line) for line in done.stdout.splitlines()]
+        assert [line["image"].rsplit("/", 1)[-1] for line in lines] == ["tall.jpg", "wide.png"]
+        for line in lines:
+            scores = list(line["scores"].values())
+            assert len(scores) == 2 and scores == sorted(scores, reverse=True)
+            assert all(0 < s < 1 for s in scores)
+    done = subprocess.run([sys.executable, "-m", "keras_vit_cli", "zero-shot", str(families["clip"][0]),
+                           str(photos), "--labels", "cat,cat"], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 2 and "given twice" in done.stderr and "Traceback" not in done.stderr
