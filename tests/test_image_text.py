@@ -177,3 +177,65 @@ def test_zero_shot_command_prints_each_images_probabilities(saved, tmp_path):
     done = subprocess.run([sys.executable, "-m", "keras_vit_cli", "zero-shot", str(families["clip"][0]),
                            str(photos), "--labels", "cat,cat"], capture_output=True, text=True, timeout=300)
     assert done.returncode == 2 and "given twice" in done.stderr and "Traceback" not in done.stderr
+
+
+def _photos(folder, rng):
+    from PIL import Image
+
+    folder.mkdir(parents=True, exist_ok=True)
+    for name, size in (("a.png", (20, 50)), ("b.jpg", (60, 30)), ("c.png", (32, 32))):
+        Image.fromarray(rng.integers(0, 255, (*size, 3), dtype=np.uint8)).save(folder / name)
+
+
+def test_search_ranks_a_folder_by_cosine_and_keeps_its_embeddings(saved, tmp_path, capsys):
+    from keras_vit import cli
+    from keras_vit.model.image_text import normalized
+    from keras_vit.model.processor import read_processor
+
+    families, _ = saved
+    directory = str(families["siglip"][0])
+    photos = tmp_path / "photos"
+    _photos(photos, np.random.default_rng(2))
+    assert cli.main(["search", directory, str(photos), "--text", "a cat on a sofa", "--json"]) == 0
+    out, err = capsys.readouterr()
+    ranked = [json.loads(line) for line in out.splitlines()]
+    assert "3 embedded now" in err
+    # The scores are the cosines of the model's own embeddings, highest first.
+    model = keras_vit.from_pretrained(directory, task="image_text")
+    inputs, read, _ = read_processor(model).read([r["image"] for r in ranked])
+    want = normalized(model.image_embeddings(inputs)) @ normalized(model.text_embeddings(["a cat on a sofa"]))[0]
+    np.testing.assert_allclose([r["score"] for r in ranked], want, atol=1e-5)
+    assert [r["score"] for r in ranked] == sorted((r["score"] for r in ranked), reverse=True)
+    # A second query reads the cache; a changed file alone is embedded again.
+    _photos(tmp_path / "other", np.random.default_rng(3))
+    (tmp_path / "other" / "a.png").replace(photos / "a.png")
+    assert cli.main(["search", directory, str(photos), "--text", "a rocket", "--json"]) == 0
+    out, err = capsys.readouterr()
+    assert "1 embedded now" in err and len(out.splitlines()) == 3
+    # Texts ranked for an image: the family's zero-shot probabilities.
+    assert cli.main(["search", directory, "--image", str(photos / "c.png"), "--labels", "cat,dog", "--json"]) == 0
+    texts = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    inputs, _, _ = read_processor(model).read([str(photos / "c.png")])
+    want = model.zero_shot(inputs, ["cat", "dog"])[0]
+    assert {t["text"]: t["score"] for t in texts} == pytest.approx(dict(zip(["cat", "dog"], want)), abs=1e-5)
+
+
+def test_evaluate_zero_shot_names_classes_by_their_folders(saved, tmp_path, capsys):
+    from keras_vit import cli
+    from keras_vit.model.processor import read_processor
+
+    families, _ = saved
+    directory = str(families["clip"][0])
+    data = tmp_path / "data"
+    for i, name in enumerate(("cat", "dog")):
+        _photos(data / name, np.random.default_rng(10 + i))
+    assert cli.main(["evaluate", directory, str(data), "--zero-shot", "--template", "a photo of a {}.",
+                     "--json"]) == 0
+    figures = json.loads(capsys.readouterr().out)
+    model = keras_vit.from_pretrained(directory, task="image_text")
+    files = sorted(str(p) for p in data.glob("*/*"))
+    inputs, read, _ = read_processor(model).read(files)
+    predicted = model.zero_shot(inputs, ["cat", "dog"], ["a photo of a {}."]).argmax(1)
+    truth = np.array([0 if "/cat/" in path else 1 for path in read])
+    assert figures["images"] == 6 and figures["top1"] == pytest.approx(float((predicted == truth).mean()))
+    assert set(figures["per_class"]) == {"cat", "dog"}

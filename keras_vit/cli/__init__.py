@@ -32,6 +32,7 @@ COMMANDS = {
     "quantize": ("keras_vit.cli.quantize", "int8 / int4 weights for a smaller model to serve"),
     "predict": ("keras_vit.inspection.cli_predict", "top-k labels for image files"),
     "zero-shot": ("keras_vit.cli.zero_shot", "classify images into labels written at run time (SigLIP, CLIP)"),
+    "search": ("keras_vit.cli.search", "rank a folder's images for a sentence (SigLIP, CLIP)"),
     "evaluate": ("keras_vit.cli.evaluate", "a classifier's accuracy on labelled images"),
     "inspect": ("keras_vit.inspection.cli_inspect", "attention maps and the paper's figures"),
     "bench": ("keras_vit.cli.bench", "benchmark against keras-hub and PyTorch"),

@@ -39,6 +39,12 @@ def add_arguments(parser):
     parser.add_argument("--labels", help="the model's class names, one per line (default: its own, else its run's)")
     parser.add_argument("--batch-size", type=positive_int, default=64, help="images per step (default 64)")
     parser.add_argument("--json", action="store_true", help="print the figures as one JSON object")
+    parser.add_argument("--zero-shot", action="store_true",
+                        help="MODEL is an image-text model (SigLIP, CLIP, ...): classify into the data's class "
+                             "names (its folders', the digits' 'zero'..'nine', or --labels) written as texts")
+    parser.add_argument("--template", action="append", default=None,
+                        help="with --zero-shot: a prompt holding the class name as {}, e.g. 'a photo of a {}.'; "
+                             "repeat it for an ensemble")
     add_size_arguments(parser)
     add_budget_argument(parser)
 
@@ -50,6 +56,10 @@ def run(args):
 
     from keras_vit.tasks import run_task
 
+    if args.zero_shot:
+        return _zero_shot(args)
+    if args.template:
+        raise UserError("--template words the class names of --zero-shot: give --zero-shot with it.")
     task = run_task(args.model)
     if task is not None:
         return _task_run(args, task)
@@ -78,6 +88,79 @@ def run(args):
     else:
         _print(figures, source.description)
     return 0
+
+
+# The digits' class names as words: what an image-text model was trained to read.
+DIGIT_WORDS = ["zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine"]
+
+
+def _zero_shot(args) -> int:
+    """An image-text model's zero-shot top-1/top-5 on labelled data, the classes named by the data."""
+    from keras_vit.errors import UserError
+    from keras_vit.model.pretrained import from_pretrained
+    from keras_vit.model.processor import read_processor
+
+    _check_data_exists(args.data)
+    if args.labels:
+        names = _read_names(args.labels)
+    else:
+        names = DIGIT_WORDS if str(args.data).lower() == "mnist" else _class_names(args.data)
+    if names is None:
+        raise UserError(f"{args.data} names no classes: --zero-shot reads them from a folder of class sub-folders "
+                        f"or 'mnist', or give them with --labels FILE (one per line, in label order).")
+    model = from_pretrained(args.model, task="image_text")
+    processor = read_processor(model)
+    label_embeddings = model.label_embeddings(names, args.template)
+    probabilities, labels = [], []
+    for inputs, chunk_labels in _zero_shot_chunks(args, processor):
+        logits = model.logits_of_embeddings(model.image_embeddings(inputs, args.batch_size), label_embeddings)
+        probabilities.append(model.probabilities(logits))
+        labels.append(np.asarray(chunk_labels, np.int64))
+    if not labels:
+        raise UserError(f"None of the images of {args.data} could be read.")
+    labels = np.concatenate(labels)
+    if labels.max() >= len(names):
+        raise UserError(f"{args.data} has labels up to {labels.max()}, and {len(names)} class names: give one name "
+                        f"per class with --labels.")
+    figures = {"model": str(args.model), "data": str(args.data), "zero_shot": True,
+               **_figures(np.concatenate(probabilities), labels, names)}
+    if args.json:
+        print(json.dumps(figures, indent=2))
+    else:
+        _print(figures, f"{model.family} zero-shot")
+    return 0
+
+
+def _read_names(path) -> List[str]:
+    with open(path, encoding="utf-8-sig") as f:
+        return [line.strip() for line in f if line.strip()]
+
+
+def _zero_shot_chunks(args, processor, chunk_size: int = 256):
+    """(tower inputs, labels) a chunk at a time, each image read as the checkpoint's processor reads it."""
+    from keras_vit.errors import UserError
+    from keras_vit.export import data as data_lib
+    from keras_vit.utils import console, storage
+
+    spec = str(args.data)
+    if spec.lower() != "mnist" and storage.isdir(spec):
+        entries = data_lib.sampled_entries(spec, args.num_images)
+        for start in range(0, len(entries), chunk_size):
+            label_of = dict(entries[start:start + chunk_size])
+            inputs, read, failed = processor.read(list(label_of))
+            if failed:
+                console.warn(f"{len(failed)} unreadable image(s) under {spec} left out: "
+                             + "; ".join(f"{path} ({why})" for path, why in failed))
+            if read:
+                yield inputs, [label_of[path] for path in read]
+        return
+    data = data_lib.sample(data_lib.read(spec), args.num_images)
+    if data.labels is None:
+        raise UserError(f"{spec} has no labels: give a folder of class sub-folders, 'mnist', or an .npz with a "
+                        f"'labels' array.")
+    for start in range(0, len(data), chunk_size):
+        chunk = data.take(start, start + chunk_size)
+        yield processor.inputs(list(chunk.images)), chunk.labels
 
 
 def _task_run(args, task) -> int:

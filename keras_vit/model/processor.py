@@ -14,7 +14,7 @@ from typing import List, Optional, Tuple
 
 import numpy as np
 
-from keras_vit.images import decode, model_inputs, resize, unreadable_reason
+from keras_vit.images import decode, model_inputs, resize, to_model_pixels, unreadable_reason
 
 
 class ImageProcessor:
@@ -44,18 +44,25 @@ class ImageProcessor:
         return resize(image, self.tower.image_size)
 
     def read(self, paths):
-        images, read, failures = [], [], []
+        decoded, read, failures = [], [], []
         for path in paths:
             try:
-                pixels = self.pixels(decode(path, self.tower.num_channels))
+                decoded.append(decode(path, self.tower.num_channels))
             except Exception as error:  # noqa: BLE001 - any decoder error means "skip this file"
                 failures.append((str(path), unreadable_reason(path, error)))
                 continue
-            images.append(np.asarray(model_inputs(self.tower, pixels[None]))[0])
             read.append(str(path))
+        return self.inputs(decoded), read, failures
+
+    def inputs(self, decoded):
+        """Decoded pixels (a list of (H, W[, C]) uint8 arrays, or one (N, H, W[, C]) array) -> what
+        the tower takes: an array, or a list of arrays of their own sizes for a NaFlex tower."""
+        channels = self.tower.num_channels
+        images = [np.asarray(model_inputs(self.tower, self.pixels(to_model_pixels(
+            np.asarray(image)[None], np.shape(image)[:2], channels)[0])[None]))[0] for image in decoded]
         if getattr(self.tower, "dynamic_image_size", False):
-            return images, read, failures
-        return (np.stack(images) if images else np.zeros((0, *self.tower.image_size, 3), np.float32)), read, failures
+            return images
+        return np.stack(images) if images else np.zeros((0, *self.tower.image_size, channels), np.float32)
 
 
 def read_processor(model) -> ImageProcessor:
