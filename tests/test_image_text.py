@@ -239,3 +239,56 @@ def test_evaluate_zero_shot_names_classes_by_their_folders(saved, tmp_path, caps
     truth = np.array([0 if "/cat/" in path else 1 for path in read])
     assert figures["images"] == 6 and figures["top1"] == pytest.approx(float((predicted == truth).mean()))
     assert set(figures["per_class"]) == {"cat", "dog"}
+
+
+def test_exported_zero_shot_classifier_serves_the_models_probabilities(saved, tmp_path):
+    import tensorflow as tf
+
+    from keras_vit.export import tflite
+    from keras_vit.export.image_text_export import export_image_text
+    from keras_vit.model.processor import read_processor
+
+    families, _ = saved
+    directory = str(families["clip"][0])
+    report = export_image_text(directory, LABELS, "saved_model,tflite", str(tmp_path / "out"),
+                               templates=TEMPLATES, verbose=False)
+    assert report["passed"] and [row["format"] for row in report["artifacts"]] == ["saved_model", "tflite"]
+    assert (tmp_path / "out" / "labels.txt").read_text().split("\n")[:3] == LABELS
+    model = keras_vit.from_pretrained(directory, task="image_text")
+    # Encoded photos of other sizes and aspects, read as the CLI reads them (CLIP's centre crop).
+    photos = tmp_path / "photos"
+    _photos(photos, np.random.default_rng(4))
+    files = sorted(str(p) for p in photos.iterdir())
+    inputs, read, _ = read_processor(model).read(files)
+    want = model.zero_shot(inputs, LABELS, TEMPLATES)
+    loaded = tf.saved_model.load(str(tmp_path / "out" / "clip" / "1"))
+    encoded = tf.constant([open(path, "rb").read() for path in read])
+    got = loaded.signatures["serving_bytes"](image_bytes=encoded)["probabilities"].numpy()
+    np.testing.assert_allclose(got, want, atol=1e-4)
+    content = (tmp_path / "out" / "clip.tflite").read_bytes()
+    assert tflite.read_labels(content) == LABELS
+    # The text tower: token ids in, the model's text embeddings out.
+    export_image_text(directory, None, None, str(tmp_path / "text"), tower="text", verbose=False)
+    tokens = model.tokenize(TEXTS)
+    text = tf.saved_model.load(str(tmp_path / "text" / "clip" / "1")).signatures["serving_default"]
+    np.testing.assert_allclose(text(token_ids=tf.constant(tokens["token_ids"]),
+                                    token_mask=tf.constant(tokens["token_mask"]))["embeddings"].numpy(),
+                               model.text_embeddings(TEXTS), atol=1e-5)
+    for labels, formats, tower, match in ((None, None, "image", "needs its labels"),
+                                          (None, "tflite", "text", "exports as saved_model")):
+        with pytest.raises(UserError, match=match):
+            export_image_text(directory, labels, formats, str(tmp_path / "refused"), tower=tower, verbose=False)
+    assert not (tmp_path / "refused").exists()
+
+
+def test_export_command_routes_an_image_text_folder(saved, tmp_path, capsys):
+    from keras_vit import cli
+
+    families, _ = saved
+    directory = str(families["siglip"][0])
+    assert cli.main(["export", directory, "--labels", "cat,dog", "--out", str(tmp_path / "out")]) == 0
+    assert "saved_model" in capsys.readouterr().out
+    report = json.loads((tmp_path / "out" / "report.json").read_text())
+    assert report["image_text"] == "SigLIP" and report["labels"] == ["cat", "dog"] and report["passed"]
+    assert cli.main(["export", directory, "--out", str(tmp_path / "none")]) == 2
+    assert "needs its labels" in capsys.readouterr().err

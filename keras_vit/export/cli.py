@@ -49,6 +49,13 @@ def add_arguments(parser):
                         help="validation images at most, a seeded sample across classes (default 1000)")
     parser.add_argument("--top-k", type=int, default=5, help="classes returned by the SavedModel (default 5)")
     parser.add_argument("--latency-runs", type=int, default=20, help="timed single-image calls (default 20)")
+    image_text = parser.add_argument_group("an image-text model (SigLIP, SigLIP2, CLIP, MetaCLIP 2)")
+    image_text.add_argument("--tower", choices=("image", "text"),
+                            help="image (default for such a folder): a zero-shot classifier of --labels a,b,c, "
+                                 "formats saved_model and tflite; text: the text tower (token ids in, "
+                                 "embeddings out), saved_model")
+    image_text.add_argument("--template", action="append", default=None,
+                            help="a prompt holding the label as {}; repeat it for an ensemble")
     group = parser.add_argument_group("building a variant (source is a variant name)")
     group.add_argument("--weights", help="an official-format .npz or a checkpoint name")
     parser.add_argument("--image-size", type=image_size,
@@ -74,6 +81,8 @@ def run(args):
     # One source for both (no --calibration-data): export() calibrates on a
     # sample across classes and validates on the other images.
     validation, calibration = args.data, args.calibration_data
+    if args.tower or args.template or _is_image_text(args.source):
+        return _image_text(args)
     try:
         report = export(
             args.source, args.formats, args.out, validation_data=validation, calibration_data=calibration,
@@ -98,3 +107,44 @@ def run(args):
         print_table(report)
     return 0 if report["passed"] else 1
 
+
+
+def _is_image_text(source) -> bool:
+    """A folder holding both towers of a SigLIP, SigLIP2, CLIP or MetaCLIP 2 checkpoint."""
+    import json
+    import os
+
+    from keras_vit.weights.hf_text import FAMILIES
+
+    config = os.path.join(str(source), "config.json")
+    try:
+        with open(config, encoding="utf-8") as f:
+            return json.load(f).get("model_type") in FAMILIES
+    except (OSError, ValueError):
+        return False
+
+
+def _image_text(args) -> int:
+    import os
+
+    from keras_vit.errors import CannotContinue, UserError
+    from keras_vit.export.image_text_export import export_image_text
+
+    labels = args.labels
+    if labels is not None:
+        if os.path.isfile(labels):
+            with open(labels, encoding="utf-8-sig") as f:
+                labels = [line.strip() for line in f if line.strip()]
+        else:
+            labels = labels.split(",")
+    try:
+        report = export_image_text(args.source, labels, args.formats, args.out, templates=args.template,
+                                   tower=args.tower or "image", name=args.name, version=args.version,
+                                   overwrite=args.overwrite, validation_data=args.data, verbose=True)
+    except UserError as error:
+        print(f"keras-vit export: error: {error}", file=sys.stderr)
+        return 2
+    except CannotContinue as error:
+        print(f"keras-vit export: {error}", file=sys.stderr)
+        return 1
+    return 0 if report["passed"] else 1
