@@ -18,7 +18,7 @@ def test_the_papers_recipes():
     assert (PRETRAIN.weight_decay, PRETRAIN.batch_size) == (0.1, 4096)
     assert (PRETRAIN.warmup_steps, PRETRAIN.schedule, PRETRAIN.representation_layer) == (10_000, "linear", True)
     assert set(RECIPES) == {"finetune", "pretrain", "scratch", "masked_patch", "augreg", "deit", "plain_baseline",
-                            "finetune_ld"} and SCRATCH.name == "scratch"
+                            "finetune_ld", "siglip", "clip"} and SCRATCH.name == "scratch"
 
 
 def _resolved(config):

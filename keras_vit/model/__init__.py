@@ -11,3 +11,4 @@ from keras_vit.model.readout import (  # noqa: F401
     block_indices, embedding_of_pooled, head_layers, pooled_embedding, read_out, read_pooled)
 from keras_vit.model.vit import PARTS, ViT, block_inputs, embed_images, preprocess_input  # noqa: F401
 from keras_vit.model.patch_grid import PatchGridModel, task_model  # noqa: F401  (after ViT: it holds one)
+from keras_vit.model.image_text import ImageTextModel  # noqa: F401  (registered: a run of the image-text Task)

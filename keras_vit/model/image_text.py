@@ -54,6 +54,7 @@ class ImageTextModel(keras.Model):
         self.logit_scale = self.add_weight(name="logit_scale", shape=(), initializer="zeros")
         self.logit_bias = (self.add_weight(name="logit_bias", shape=(), initializer="zeros")
                            if loss == "sigmoid" else None)
+        self.built = True  # both towers are built: a model saved before any call holds every weight
 
     @property
     def text_config(self):
@@ -149,14 +150,22 @@ class ImageTextModel(keras.Model):
         return (shifted / shifted.sum(axis=-1, keepdims=True)).astype(np.float32)
 
     def get_config(self):
+        # The tokenizer travels inside the model's config (its file's content and settings), so that
+        # a saved model (a run's model.keras) tokenizes as it was trained to.
+        spec = getattr(self.tokenizer, "spec", None)
         return {**super().get_config(), "image_tower": keras.saving.serialize_keras_object(self.image_tower),
                 "text_config": self.text_config.to_dict(), "loss": self.loss_kind,
-                "uses_token_mask": self.uses_token_mask, "family": self.family}
+                "uses_token_mask": self.uses_token_mask, "family": self.family,
+                **({"tokenizer": spec} if spec else {})}
 
     @classmethod
     def from_config(cls, config):
         config = dict(config)
         config["image_tower"] = keras.saving.deserialize_keras_object(config["image_tower"])
+        if isinstance(config.get("tokenizer"), dict):
+            from keras_vit.text.tokenizer import tokenizer_from_spec
+
+            config["tokenizer"] = tokenizer_from_spec(config["tokenizer"], config.get("name", "the model"))
         return cls(**config)
 
 

@@ -95,6 +95,9 @@ def _image_text(source, **overrides):
     from keras_vit.weights.hf import is_hf_directory, read_hf_directory, read_hf_tensors
     from keras_vit.weights.hf_text import load_text_params, read_text_half
 
+    saved = _saved_image_text(source)
+    if saved is not None:  # a training run of the image-text Task, or its model.keras
+        return saved
     directory, where = _image_text_directory(source)
     hf = read_json(os.path.join(directory, "config.json"))
     tensors = read_hf_tensors(directory, where)
@@ -113,6 +116,22 @@ def _image_text(source, **overrides):
     if model.logit_bias is not None:
         model.logit_bias.assign(text.logit_bias)
     model.source, model.directory = where, directory
+    return model
+
+
+def _saved_image_text(source):
+    """The ImageTextModel of a run folder or .keras file (its tokenizer inside it), else None."""
+    from keras_vit import runs
+    from keras_vit.model.image_text import ImageTextModel
+
+    path = os.fspath(source)
+    if not (path.endswith(".keras") or os.path.isfile(os.path.join(path, "model.keras"))):
+        return None
+    model = runs.load_model(path)
+    if not isinstance(model, ImageTextModel):
+        raise UserError(f"{path} holds a {type(model).__name__}, not an image-text model: image-text commands "
+                        f"read a run of --recipe siglip or clip, or a transformers image-text folder.")
+    model.source, model.directory = path, None
     return model
 
 

@@ -25,14 +25,15 @@ from keras_vit.errors import UserError
 from keras_vit.tasks.base import ModelPlan, Task, across_replicas, build_task_model
 from keras_vit.tasks.classification import ClassificationTask
 from keras_vit.tasks.masked_patch import MaskedPatchTask
+from keras_vit.tasks.image_text import ImageTextTask
 from keras_vit.model.patch_grid import PatchGridModel  # the model of a Task with its own head
 from keras_vit.tasks.metrics import top_k_hits
 
-TASKS = {task.name: task for task in (ClassificationTask, MaskedPatchTask)}
+TASKS = {task.name: task for task in (ClassificationTask, MaskedPatchTask, ImageTextTask)}
 
 # A recipe that trains something other than classification names its task
 # here; an explicit --task other than the default "classification" wins.
-RECIPE_TASKS = {"masked_patch": MaskedPatchTask.name}
+RECIPE_TASKS = {"masked_patch": MaskedPatchTask.name, "siglip": ImageTextTask.name, "clip": ImageTextTask.name}
 
 
 def make_task(config) -> Task:
@@ -101,5 +102,5 @@ def task_name(task: Task) -> str:
     return f"{type(task).__module__}:{type(task).__qualname__}"
 
 
-__all__ = ["RECIPE_TASKS", "TASKS", "ClassificationTask", "MaskedPatchTask", "ModelPlan", "PatchGridModel", "Task",
+__all__ = ["RECIPE_TASKS", "TASKS", "ClassificationTask", "ImageTextTask", "MaskedPatchTask", "ModelPlan", "PatchGridModel", "Task",
            "across_replicas", "build_task_model", "make_task", "run_task", "task_class", "task_name", "top_k_hits"]

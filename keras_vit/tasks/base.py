@@ -95,6 +95,12 @@ class Task:
         trainer builds it under the strategy's scope."""
         raise NotImplementedError
 
+    def encode(self, example: Dict[str, tf.Tensor]) -> Dict[str, tf.Tensor]:
+        """One example as the model reads it, after its fields are decoded and augmented (and for
+        padding examples too): by default as it is; an image-text Task turns its text into token ids
+        here, in the input pipeline."""
+        return example
+
     def compute_loss(self, model, batch, training: bool) -> Tuple[tf.Tensor, Dict[str, tf.Tensor]]:
         """(per-example loss (B,), {metric name: per-example value (B,)})."""
         raise NotImplementedError

@@ -20,6 +20,7 @@ warning. So the rules here are transformers' own, read off its tokenizer classes
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import re
@@ -55,6 +56,8 @@ class Tokenizer:
         # their files' model_input_names leave it out (SigLIP's hub files do: its text tower was
         # trained attending to its padding).
         self.returns_mask = bool(returns_mask)
+        self.vocab_size = None  # the ids run 0..vocab_size-1: set by the readers
+        self.spec = None  # what rebuilds it (tokenizer_from_spec): set by the readers
         self._said_truncated = False
 
     def __call__(self, texts) -> Dict[str, np.ndarray]:
@@ -86,14 +89,46 @@ def read_tokenizer(directory: str, model_type: str, max_positions: int, where: O
     """The tokenizer beside an image-text checkpoint in `directory` (tokenizer.json, or SigLIP's
     spiece.model), for a text tower of `max_positions` positions."""
     where = where or directory
-    settings = _read_settings(directory)
+    spec = dict(model_type=model_type, max_positions=int(max_positions), settings=_read_settings(directory),
+                config_pad_id=config_pad_id)
     if os.path.isfile(os.path.join(directory, "tokenizer.json")):
-        return _from_tokenizer_json(directory, model_type, max_positions, settings, where, config_pad_id)
+        with open(os.path.join(directory, "tokenizer.json"), encoding="utf-8") as f:
+            return tokenizer_from_spec(dict(spec, file="tokenizer.json", data=f.read()), where)
     if os.path.isfile(os.path.join(directory, "spiece.model")) and model_type == "siglip":
-        return _from_sentencepiece(directory, max_positions, settings, where)
+        with open(os.path.join(directory, "spiece.model"), "rb") as f:
+            data = base64.b64encode(f.read()).decode("ascii")
+        return tokenizer_from_spec(dict(spec, file="spiece.model", data=data), where)
     wanted = "spiece.model or tokenizer.json" if model_type == "siglip" else "tokenizer.json"
     raise UserError(f"{where} has no tokenizer files ({wanted}): save the checkpoint's tokenizer beside its weights, "
                     f"e.g. AutoProcessor.from_pretrained(NAME).save_pretrained(DIR) in transformers.")
+
+
+def tokenizer_from_spec(spec: dict, where: str = "") -> Tokenizer:
+    """A Tokenizer from what `Tokenizer.spec` holds (a tokenizer file's content and its settings):
+    how a saved image-text model (model.keras) keeps its tokenizer inside it."""
+    build = _from_tokenizer_json if spec["file"] == "tokenizer.json" else _from_sentencepiece
+    tokenizer = build(spec, where)
+    tokenizer.spec = spec
+    return tokenizer
+
+
+def learn_tokenizer(texts: Sequence[str], vocab_size: int, max_positions: int) -> Tokenizer:
+    """A tokenizer learned from `texts` (a run from scratch on captions): lower-cased words and
+    punctuation split apart, byte-pair merges up to `vocab_size` entries, an end token after
+    each text; <pad> is 0, <eos> 1, <unk> 2."""
+    tokenizers = require("tokenizers", "text", "Learning a tokenizer from captions")
+    backend = tokenizers.Tokenizer(tokenizers.models.BPE(unk_token="<unk>"))
+    backend.normalizer = tokenizers.normalizers.Sequence([tokenizers.normalizers.NFKC(),
+                                                          tokenizers.normalizers.Lowercase()])
+    backend.pre_tokenizer = tokenizers.pre_tokenizers.Whitespace()
+    trainer = tokenizers.trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=["<pad>", "<eos>", "<unk>"],
+                                             show_progress=False)
+    backend.train_from_iterator(list(texts), trainer)
+    backend.post_processor = tokenizers.processors.TemplateProcessing(single="$A <eos>",
+                                                                      special_tokens=[("<eos>", 1)])
+    spec = dict(model_type="keras_vit", max_positions=int(max_positions), config_pad_id=0, file="tokenizer.json",
+                data=backend.to_str(), settings={"pad_token": "<pad>", "padding_side": "right"})
+    return tokenizer_from_spec(spec, "the captions")
 
 
 def _read_settings(directory: str) -> dict:
@@ -122,9 +157,11 @@ def _token_text(value) -> Optional[str]:
     return value if isinstance(value, str) else None
 
 
-def _from_tokenizer_json(directory, model_type, max_positions, settings, where, config_pad_id) -> Tokenizer:
+def _from_tokenizer_json(spec, where) -> Tokenizer:
+    model_type, max_positions, settings = spec["model_type"], spec["max_positions"], spec["settings"]
+    config_pad_id = spec.get("config_pad_id")
     tokenizers = require("tokenizers", "text", "An image-text model's tokenizer")
-    backend = tokenizers.Tokenizer.from_file(os.path.join(directory, "tokenizer.json"))
+    backend = tokenizers.Tokenizer.from_str(spec["data"])
     backend.no_padding()
     backend.no_truncation()
     if model_type == "siglip2":  # Siglip2Tokenizer lower-cases before Gemma's own normaliser
@@ -136,9 +173,11 @@ def _from_tokenizer_json(directory, model_type, max_positions, settings, where, 
     if pad_id is None:
         pad_id = config_pad_id if config_pad_id is not None else 0
     backend.enable_truncation(max_length=max_positions)
+    vocab_size = backend.get_vocab_size(with_added_tokens=True)
     tokenizer = Tokenizer(None, max_positions, pad_id,
                           settings.get("padding_side") or _PADDING_SIDES.get(settings.get("tokenizer_class"), "right"),
-                          pad_to_max=model_type in _SIGMOID_FAMILIES, source=where, kind="tokenizer.json",
+                          pad_to_max=model_type in _SIGMOID_FAMILIES + ("keras_vit",), source=where,
+                          kind="tokenizer.json",
                           returns_mask=_returns_mask(settings))
 
     def encode(text: str) -> List[int]:
@@ -148,6 +187,7 @@ def _from_tokenizer_json(directory, model_type, max_positions, settings, where, 
         return list(encoding.ids)
 
     tokenizer.encode = encode
+    tokenizer.vocab_size = vocab_size
     return tokenizer
 
 
@@ -157,10 +197,10 @@ def _canonical(text: str, lower: bool = True) -> str:
     return re.sub(r"\s+", " ", text).strip()
 
 
-def _from_sentencepiece(directory, max_positions, settings, where) -> Tokenizer:
+def _from_sentencepiece(spec, where) -> Tokenizer:
+    max_positions, settings = spec["max_positions"], spec["settings"]
     spm = require("sentencepiece", "text", "SigLIP's tokenizer")
-    processor = spm.SentencePieceProcessor()
-    processor.Load(os.path.join(directory, "spiece.model"))
+    processor = spm.SentencePieceProcessor(model_proto=base64.b64decode(spec["data"]))
     unk = _token_text(settings.get("unk_token")) or "<unk>"
     eos = _token_text(settings.get("eos_token")) or "</s>"
     pad = _token_text(settings.get("pad_token")) or "</s>"
@@ -184,5 +224,6 @@ def _from_sentencepiece(directory, max_positions, settings, where) -> Tokenizer:
         return ids + [eos_id]
 
     tokenizer.encode = encode
+    tokenizer.vocab_size = processor.get_piece_size()
     return tokenizer
 

@@ -285,8 +285,24 @@ FINETUNE_LD = Recipe(
     classifier="gap", stochastic_depth_rate=0.1, layer_decay=0.65, randaugment=(2, 9), random_erasing=0.25,
     mixup=0.8, cutmix=1.0, ema=0.9999,
 )
+# Contrastive image-text training (keras_vit.tasks.image_text) on captions: SigLIP's sigmoid loss
+# (Zhai et al. 2023: AdamW, lr 1e-3, wd 1e-4, warmup then cosine; the logit scale and bias learned)
+# and CLIP's softmax loss (Radford et al. 2021: AdamW, lr 5e-4, wd 0.2, beta_2 0.98; the
+# temperature learned). Batches are large: a contrastive step learns from its negatives, every
+# replica's. Images are cropped but not flipped (a caption may say "left"). From a checkpoint,
+# give --learning-rate lower (1e-5).
+SIGLIP = Recipe(
+    name="siglip", optimizer="adamw", learning_rate=1e-3, momentum=0.9, beta_2=0.95, weight_decay=1e-4,
+    schedule="cosine", warmup_steps=100, steps=2_000, batch_size=256, grad_clip_norm=1.0,
+    train_augment="inception_crop", image_size=None, representation_layer=False, classifier="map",
+)
+CLIP = Recipe(
+    name="clip", optimizer="adamw", learning_rate=5e-4, momentum=0.9, beta_2=0.98, weight_decay=0.2,
+    schedule="cosine", warmup_steps=100, steps=2_000, batch_size=256, grad_clip_norm=1.0,
+    train_augment="inception_crop", image_size=None, representation_layer=False, classifier="token",
+)
 RECIPES = {recipe.name: recipe for recipe in (FINETUNE, PRETRAIN, SCRATCH, MASKED_PATCH, AUGREG, DEIT,
-                                              PLAIN_BASELINE, FINETUNE_LD)}
+                                              PLAIN_BASELINE, FINETUNE_LD, SIGLIP, CLIP)}
 
 def _counted_in_one_unit(changes: dict) -> dict:
     """A run length or warmup given in steps replaces the recipe's in epochs

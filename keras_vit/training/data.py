@@ -65,7 +65,7 @@ def train_dataset(source: Source, plan, context: tf.distribute.InputContext, exa
     @tf.autograph.experimental.do_not_convert
     def prepare(i, raw_example):
         example, ok = _decoded(source, plan, raw_example, plan.fields)
-        example = transform(example, tf.stack([tf.cast(seed, tf.int64), i]))
+        example = plan.task.encode(transform(example, tf.stack([tf.cast(seed, tf.int64), i])))
         example["weight"] = tf.cast(ok, tf.float32)
         if plan.mixing:
             example["position"] = i  # seeds its group's mixing; dropped once mixed
@@ -123,12 +123,13 @@ def eval_dataset(source: Source, plan, num_steps: int, context: tf.distribute.In
     @tf.autograph.experimental.do_not_convert
     def prepare(*raw_example):
         example, ok = resized(*raw_example)
-        return {**example, "weight": tf.cast(ok, tf.float32)}
+        return {**plan.task.encode(example), "weight": tf.cast(ok, tf.float32)}
 
     ds = source.examples(split or source.eval_split, index, count).map(
         prepare, num_parallel_calls=AUTOTUNE, deterministic=True)
     blank = {name: kind.blank(size, plan.num_channels) for name, kind in plan.fields.items()}
-    padding = tf.data.Dataset.from_tensors({**blank, "weight": tf.constant(0.0)}).repeat()
+    padding = tf.data.Dataset.from_tensors({**blank, "weight": tf.constant(0.0)}).map(
+        tf.autograph.experimental.do_not_convert(plan.task.encode)).repeat()
     ds = ds.concatenate(padding).take(per_pipeline)
     return _finish(ds.batch(per_replica, drop_remainder=True))
 

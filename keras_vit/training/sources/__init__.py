@@ -90,4 +90,9 @@ def open_source(config, dataset=None, shard=(0, 1), fields=None) -> Source:
         return list_source(config, arg, shard)
     if kind == "tfrecord" and arg:
         return tfrecord_source(config, arg)
-    raise UserError(f"Unknown dataset {spec!r}: use mnist5k, tfds:NAME, folder:PATH, list:FILE or tfrecord:DIR.")
+    if kind == "captions" and arg:
+        from keras_vit.training.sources.captions import captions_source
+
+        return captions_source(config, os.path.expanduser(arg), fields or {})
+    raise UserError(f"Unknown dataset {spec!r}: use mnist5k, tfds:NAME, folder:PATH, list:FILE, tfrecord:DIR or "
+                    f"captions:FILE.")
