@@ -109,9 +109,13 @@ def image_text_demo(args) -> int:
     workdir = args.workdir if args.workdir != "runs/demo" else "runs/demo-image-text"
     (train_images, train_labels), (test_images, test_labels) = mnist5k.split()
     captions = write_digit_captions(os.path.join(workdir + "-data"), train_images, train_labels, args.seed)
+    # The classification demo's micro ViT (Mu/4 on 7x7 patches), augmentation (affine) and weight decay:
+    # without augmentation (4x4 patches, wd 1e-4, 1,200 steps) the towers learned the 4,000 digits by
+    # heart, 65.8% zero-shot; with these, 96.6% at 2,000 steps (docs/image-text.md).
     config = training.TrainConfig.create(
-        "siglip", model="Mu/4", dataset=f"captions:{captions}", image_size=28, steps=args.steps or 1200,
-        batch_size=128, warmup_steps=50, train_augment="none", seed=args.seed, workdir=workdir)
+        "siglip", model="Mu/4", patch_size=7, dataset=f"captions:{captions}", image_size=28,
+        steps=args.steps or 2000, batch_size=128, warmup_steps=100, weight_decay=0.05, train_augment="affine",
+        seed=args.seed, workdir=workdir)
     print(f"== Training a SigLIP ({config.model}, sigmoid loss) from scratch on {len(train_labels)} digits with "
           f"captions in {len(PHRASINGS)} phrasings -> {workdir}")
     start = time.time()

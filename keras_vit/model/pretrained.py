@@ -92,7 +92,7 @@ def _image_text(source, **overrides):
     from keras_vit.model.image_text import ImageTextModel
     from keras_vit.text.tokenizer import read_tokenizer
     from keras_vit.weights.checkpoint import read_json
-    from keras_vit.weights.hf import is_hf_directory, read_hf_directory, read_hf_tensors
+    from keras_vit.weights.hf import read_hf_directory, read_hf_tensors
     from keras_vit.weights.hf_text import load_text_params, read_text_half
 
     saved = _saved_image_text(source)

@@ -61,9 +61,6 @@ class ImageTextTask(Task):
                             f"or from scratch without --weights.")
         return cls(loss, _tokenizer(config, weights), weights)
 
-    def describe_model(self) -> str:
-        return f"image-text ({self.loss} loss)"
-
     # --- the pipeline's part: text to token ids ---
 
     def encode(self, example):
