@@ -80,6 +80,10 @@ def test_siglip_from_scratch_trains_resumes_bitwise_and_is_an_image_text_model(s
                  ",".join(WORDS), "--template", "a photo of the number {}", "--json")
     scores = json.loads(shown.stdout.splitlines()[0])["scores"]
     assert len(scores) == 5 and all(0 <= s <= 1 for s in scores.values())
+    # ...and exports as a zero-shot classifier of the digits' names.
+    _cli("export", root / "whole", "--labels", ",".join(WORDS), "--out", root / "exported")
+    report = json.loads((root / "exported" / "report.json").read_text())
+    assert report["image_text"] == "SigLIP" and report["passed"] and report["labels"] == WORDS
 
 
 @pytest.mark.slow

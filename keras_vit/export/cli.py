@@ -110,7 +110,8 @@ def run(args):
 
 
 def _is_image_text(source) -> bool:
-    """A folder holding both towers of a SigLIP, SigLIP2, CLIP or MetaCLIP 2 checkpoint."""
+    """A folder holding both towers of a SigLIP, SigLIP2, CLIP or MetaCLIP 2 checkpoint, or a run of
+    the image-text Task (--recipe siglip or clip)."""
     import json
     import os
 
@@ -119,9 +120,11 @@ def _is_image_text(source) -> bool:
     config = os.path.join(str(source), "config.json")
     try:
         with open(config, encoding="utf-8") as f:
-            return json.load(f).get("model_type") in FAMILIES
+            settings = json.load(f)
     except (OSError, ValueError):
         return False
+    plan = settings.get("plan")
+    return settings.get("model_type") in FAMILIES or (isinstance(plan, dict) and plan.get("task") == "image_text")
 
 
 def _image_text(args) -> int:
