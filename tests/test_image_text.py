@@ -10,6 +10,7 @@ import sys
 import numpy as np
 import pytest
 import torch
+from PIL import Image
 
 import keras_vit
 from keras_vit.errors import UserError
@@ -292,3 +293,121 @@ def test_export_command_routes_an_image_text_folder(saved, tmp_path, capsys):
     assert report["image_text"] == "SigLIP" and report["labels"] == ["cat", "dog"] and report["passed"]
     assert cli.main(["export", directory, "--out", str(tmp_path / "none")]) == 2
     assert "needs its labels" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("argv,match", [
+    (["zero-shot", "M", "x.png"], "--labels a,b,c or --labels-file"),
+    (["zero-shot", "M", "x.png", "--labels", "a", "--labels-file", "f"], "--labels a,b,c or --labels-file"),
+    (["zero-shot", "M", "x.png", "--labels-file", "no-such-file.txt"], "no such file"),
+    (["search", "M", "folder"], "give --text SENTENCE"),
+    (["search", "M", "--text", "a cat"], "ranks a folder's images"),
+    (["search", "M", "--text", "a", "--image", "x.png"], "give --text SENTENCE"),
+    (["evaluate", "M", "mnist", "--template", "a {}"], "--template words the class names of --zero-shot"),
+])
+def test_command_mistakes_are_one_line_before_any_model_loads(argv, match, capsys):
+    from keras_vit import cli
+
+    assert cli.main(argv) == 2
+    err = capsys.readouterr().err
+    assert match in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
+
+
+def test_labels_from_a_file_and_wrong_sources_named(saved, tmp_path, capsys):
+    from keras_vit import cli
+
+    families, x = saved
+    directory = str(families["siglip2"][0])
+    (tmp_path / "labels.txt").write_text("\ufeffcat\n\ndog\n")
+    photo = tmp_path / "p.png"
+    Image.fromarray(np.zeros((20, 30, 3), np.uint8)).save(photo)
+    assert cli.main(["zero-shot", directory, str(photo), "--labels-file", str(tmp_path / "labels.txt")]) == 0
+    out = capsys.readouterr().out
+    assert "cat" in out and "dog" in out
+    assert cli.main(["search", directory, str(tmp_path), "--text", "  "]) == 2
+    assert "--text is empty" in capsys.readouterr().err
+    assert cli.main(["search", directory, "--image", str(tmp_path / "none.png"), "--labels", "cat"]) == 2
+    assert "cannot read --image" in capsys.readouterr().err
+    assert cli.main(["evaluate", directory, str(tmp_path / "labels.txt"), "--zero-shot"]) == 2
+    assert "names no classes" in capsys.readouterr().err
+    for source, match in ((str(tmp_path), "not an HF transformers folder"), (directory, "has no classification head")):
+        with pytest.raises(UserError, match=match):
+            keras_vit.from_pretrained(source, task="image_text", **({"include_top": True} if source == directory
+                                                                     else {}))
+    with pytest.raises(UserError, match="task='image_text'"):
+        keras_vit.from_pretrained(directory, task="captions")
+    vit = tmp_path / "vit.keras"
+    keras_vit.ViT(keras_vit.ViTConfig(patch_size=4, hidden_size=8, mlp_dim=8, num_heads=2, num_layers=1),
+                  image_size=8, num_classes=2).save(vit)
+    with pytest.raises(UserError, match="holds a ViT, not an image-text model"):
+        keras_vit.from_pretrained(str(vit), task="image_text")
+
+
+@pytest.mark.parametrize("change,match", [
+    (dict(model_type="vit"), "not an image-text model"),
+    (dict(model_type="siglip_text_model"), "single tower"),
+])
+def test_other_model_types_are_named(change, match):
+    from keras_vit.weights.hf_text import read_text_half
+
+    with pytest.raises(UserError, match=match):
+        read_text_half(change, {}, "DIR")
+
+
+def test_a_checkpoint_without_its_text_tower_or_scale_is_named(saved):
+    from safetensors.numpy import load_file
+
+    from keras_vit.weights.hf_text import read_text_half
+
+    families, _ = saved
+    directory = families["siglip"][0]
+    hf = json.loads((directory / "config.json").read_text())
+    tensors = load_file(str(directory / "model.safetensors"))
+    with pytest.raises(UserError, match="no text tower"):
+        read_text_half(hf, {k: v for k, v in tensors.items() if not k.startswith("text_model.")}, "DIR")
+    with pytest.raises(UserError, match="no logit_bias"):
+        read_text_half(hf, {k: v for k, v in tensors.items() if k != "logit_bias"}, "DIR")
+    half = read_text_half(hf, tensors, "DIR")
+    wrong = dict(half.params)
+    wrong.pop(next(iter(wrong)))
+    model = keras_vit.from_pretrained(str(directory), task="image_text")
+    from keras_vit.weights.hf_text import load_text_params
+
+    with pytest.raises(UserError, match="the text tower does not match"):
+        load_text_params(model.text_tower, wrong, "DIR")
+
+
+def test_a_damaged_embeddings_cache_is_rebuilt_with_a_warning(saved, tmp_path, capsys):
+    from keras_vit import cli
+    from keras_vit.model.image_index import CACHE_FOLDER
+
+    families, _ = saved
+    directory = str(families["clip"][0])
+    photos = tmp_path / "photos"
+    _photos(photos, np.random.default_rng(5))
+    assert cli.main(["search", directory, str(photos), "--text", "a cat"]) == 0
+    first = capsys.readouterr().out
+    (cache,) = (photos / CACHE_FOLDER).iterdir()
+    cache.write_bytes(b"not an npz")
+    assert cli.main(["search", directory, str(photos), "--text", "a cat"]) == 0
+    captured = capsys.readouterr()
+    assert "cannot be read" in captured.err and "3 embedded now" in captured.err
+    assert captured.out == first  # the same ranking, from the images again
+
+
+def test_clip_processor_crops_the_centre_of_the_shorter_side(saved, tmp_path):
+    from keras_vit.model.processor import ImageProcessor, read_processor
+
+    families, _ = saved
+    model = keras_vit.from_pretrained(str(families["clip"][0]), task="image_text")
+    (tmp_path / "preprocessor_config.json").write_text(json.dumps(
+        {"do_center_crop": True, "crop_size": 32, "size": {"shortest_edge": 32}}))
+    model.directory = str(tmp_path)
+    processor = read_processor(model)
+    assert (processor.shortest_edge, processor.crop) == (32, (32, 32))
+    # A wide image whose left and right thirds differ from its centre: only the centre is kept.
+    wide = np.zeros((32, 96, 3), np.uint8)
+    wide[:, 32:64] = 200
+    pixels = processor.pixels(wide)
+    assert pixels.shape == (32, 32, 3) and pixels.min() > 190
+    plain = ImageProcessor(model.image_tower).pixels(wide)  # resized whole: the dark sides come along
+    assert plain.min() < 10
