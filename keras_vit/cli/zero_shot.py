@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 
 from keras_vit.utils.flags import UsageError, positive_int
 
@@ -50,7 +49,7 @@ def run(args):
     import numpy as np
 
     from keras_vit.images import find_images
-    from keras_vit.inspection.predict import folders_without_images, nothing_read
+    from keras_vit.inspection.predict import folders_without_images, nothing_read, report_skipped
     from keras_vit.model.image_text import check_labels
     from keras_vit.model.pretrained import from_pretrained
     from keras_vit.model.processor import read_processor
@@ -75,13 +74,7 @@ def run(args):
             shown += 1
     if not shown:
         raise UsageError(nothing_read(failures))
-    for path, reason in failures:
-        print(f"keras-vit zero-shot: skipped {path}: {reason}", file=sys.stderr)
-    if failures:
-        print(f"keras-vit zero-shot: {len(failures)} of {len(failures) + shown} inputs failed (named above); the "
-              f"others were classified.", file=sys.stderr)
-        return 1
-    return 0
+    return report_skipped("zero-shot", failures, shown, "classified")
 
 
 def _show(path, scores, as_json):

@@ -10,7 +10,6 @@ when none could be read.
 from __future__ import annotations
 
 import json
-import sys
 
 from keras_vit.utils.flags import UsageError, image_size, positive_int
 
@@ -63,7 +62,8 @@ def open_sized(args):
 
 
 def run(args):
-    from keras_vit.inspection.predict import folders_without_images, nothing_read, predict_files, predict_task
+    from keras_vit.inspection.predict import (folders_without_images, nothing_read, predict_files, predict_task,
+                                              report_skipped)
     from keras_vit.tasks import run_task
 
     task = run_task(args.model)
@@ -84,13 +84,7 @@ def run(args):
         raise UsageError(nothing_read(failures))
     for prediction in predictions:
         show(prediction)
-    for path, reason in failures:
-        print(f"keras-vit predict: skipped {path}: {reason}", file=sys.stderr)
-    if failures:
-        print(f"keras-vit predict: {len(failures)} of {len(failures) + len(predictions)} inputs failed (named "
-              f"above); the others were predicted.", file=sys.stderr)
-        return 1
-    return 0
+    return report_skipped("predict", failures, len(predictions), "predicted")
 
 
 def _class_lines(as_json):

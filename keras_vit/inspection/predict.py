@@ -188,6 +188,20 @@ def folders_without_images(paths, recursive=False):
     return problems
 
 
+def report_skipped(command: str, failures, done: int, verb: str) -> int:
+    """Names each input that failed on stderr, then how many of all did; the exit status: 1 when
+    any failed (the others were `verb`, e.g. "predicted"), else 0."""
+    import sys
+
+    for path, reason in failures:
+        print(f"keras-vit {command}: skipped {path}: {reason}", file=sys.stderr)
+    if not failures:
+        return 0
+    print(f"keras-vit {command}: {len(failures)} of {len(failures) + done} inputs failed (named above); the others "
+          f"were {verb}.", file=sys.stderr)
+    return 1
+
+
 def nothing_read(failures, shown=3) -> str:
     """The one line for "no image could be read": each input and why (the first `shown`)."""
     reasons = "; ".join(f"{path}: {why}" for path, why in failures[:shown])
