@@ -462,8 +462,16 @@ class TextConfig:
     eos_token_id: Optional[int] = None
     projection_size: Optional[int] = None
     projection_bias: bool = True
+    # LoRA's updates beside the blocks' projections ({"rank", "alpha", "targets"}, as ViTConfig.lora
+    # gives them; None: none): an image-text run with --lora-rank adapts both towers alike.
+    lora: Optional[dict] = None
 
     def __post_init__(self):
+        if self.lora:
+            rank, side = int(self.lora["rank"]), min(self.width, self.mlp_dim)
+            if rank > side:
+                raise UserError(f"lora rank {rank} does not fit the text tower's projections (width {self.width}): "
+                                f"give a rank of at most {side}.")
         if self.pooling not in TEXT_POOLINGS:
             raise UserError(f"TextConfig.pooling={self.pooling!r}: choose one of {', '.join(TEXT_POOLINGS)}.")
         if self.pooling == "eos" and self.eos_token_id is None:

@@ -140,11 +140,13 @@ encoded = [task.encode({"text": tf.constant(t)}) for t in texts]
 batch = {"image": tf.constant(rng.normal(size=(8, 8, 8, 3)).astype("float32")),
          "token_ids": tf.stack([e["token_ids"] for e in encoded]),
          "token_mask": tf.stack([e["token_mask"] for e in encoded])}
-whole, _ = task.compute_loss(model, batch, training=False)
+whole, whole_metrics = task.compute_loss(model, batch, training=False)
 dataset = tf.data.Dataset.from_tensors(batch).unbatch().batch(8)
 split = next(iter(strategy.experimental_distribute_dataset(dataset)))
-losses, _ = strategy.run(lambda b: task.compute_loss(model, b, training=False), args=(split,))
+losses, metrics = strategy.run(lambda b: task.compute_loss(model, b, training=False), args=(split,))
 per_replica = np.concatenate([v.numpy() for v in strategy.experimental_local_results(losses)])
+hits = np.concatenate([v.numpy() for v in strategy.experimental_local_results(metrics["retrieval"])])
+assert np.array_equal(hits, whole_metrics["retrieval"].numpy()), (hits, whole_metrics["retrieval"].numpy())
 own_halves = np.concatenate([task.compute_loss(model, {k: v[i:i + 4] for k, v in batch.items()}, False)[0].numpy()
                              for i in (0, 4)])
 print(float(np.abs(per_replica - whole.numpy()).max()), float(np.abs(own_halves - whole.numpy()).max()))
@@ -229,3 +231,88 @@ def test_a_captions_source_decodes_pairs_and_names_a_missing_image(tmp_path, cap
     assert bool(ok) and example["image"].shape == (6, 5, 3) and example["text"].numpy() == b"caption 0"
     example, ok = source.decode(next(iter(source.examples("eval", 0, 1))))
     assert not bool(ok) and "9.png" in capsys.readouterr().err
+
+
+def _lora_model(rank=4):
+    from keras_vit.tasks import ModelPlan
+    from keras_vit.tasks.image_text import ImageTextTask
+    from keras_vit.text.tokenizer import learn_tokenizer
+    from keras_vit.variants import get_variant
+
+    task = ImageTextTask("sigmoid", learn_tokenizer(["the digit one", "a handwritten two"] * 3, 40, 8))
+    config = get_variant("Nano/4").replace(lora_rank=rank, lora_alpha=8.0, lora_targets=("query", "value", "mlp"))
+    return task, task.build_model(ModelPlan(config, (8, 8), 1, 3))
+
+
+def test_lora_adapts_both_towers_and_merges_into_a_plain_model():
+    from keras_vit.weights.layout import is_lora_key, text_variables_by_key, variables_by_key
+
+    task, model = _lora_model()
+    image, text = variables_by_key(model.image_tower), text_variables_by_key(model.text_tower)
+    trainable = {v.path for v in model.trainable_variables}
+    for keys in (image, text):  # the updates train in both towers, nothing else of either
+        assert {v.path for k, v in keys.items() if is_lora_key(k)} <= trainable
+        assert not {v.path for k, v in keys.items() if not is_lora_key(k)} & trainable
+        assert any("MlpBlock" in k and is_lora_key(k) for k in keys)
+    assert {model.logit_scale.path, model.logit_bias.path} <= trainable
+    rng = np.random.default_rng(0)
+    for variable in model.weights:  # B starts at zero: give every update something to merge
+        variable.assign(rng.normal(scale=0.05, size=variable.shape).astype(np.float32) + np.asarray(variable))
+    merged = task.export_model(model)
+    assert merged.text_config.lora is None and not merged.image_tower.config.lora_rank
+    assert not [k for k in text_variables_by_key(merged.text_tower) if is_lora_key(k)]
+    x = rng.normal(size=(3, 8, 8, 3)).astype(np.float32)
+    texts = ["the digit one", "two", "a handwritten one"]
+    np.testing.assert_allclose(merged.logits(x, texts), model.logits(x, texts), rtol=1e-4, atol=1e-4)
+    unmerged_text = np.asarray(model.text_tower.encoder.blocks[0].attention.query_lora.lora_b)
+    assert np.abs(unmerged_text).max() > 0.01  # the updates were not zero: merging had work to do
+
+
+def test_layer_decay_scales_each_tower_by_its_own_depth():
+    from keras_vit.training.optimization import layer_scales
+    from keras_vit.weights.layout import variables_by_key
+
+    _, model = _lora_model(rank=0)
+    scales = layer_scales(model, 0.5)
+    text = {k: v.path for k, v in __import__("keras_vit.weights.layout", fromlist=["x"])
+            .text_variables_by_key(model.text_tower).items()}
+    layers = model.text_tower.config.num_layers
+    assert scales[text["text/token_embedding"]] == 0.5 ** (layers + 1)
+    assert scales[text["text/position_embedding"]] == 0.5 ** (layers + 1)
+    assert scales[text["text/Transformer/encoderblock_0/LayerNorm_0/scale"]] == 0.5 ** layers
+    assert scales[text[f"text/Transformer/encoderblock_{layers - 1}/MlpBlock_3/Dense_0/kernel"]] == 0.5
+    assert scales[text["text/Transformer/encoder_norm/scale"]] == 1.0 and scales[text["text/projection/kernel"]] == 1.0
+    image = {k: v.path for k, v in variables_by_key(model.image_tower).items()}
+    assert scales[image["Transformer/encoderblock_0/LayerNorm_0/scale"]] == 0.5 ** model.image_tower.config.num_layers
+    assert scales[model.logit_scale.path] == 1.0 and scales[model.logit_bias.path] == 1.0
+
+
+@pytest.mark.slow
+def test_a_lora_siglip_run_with_layer_decay_keeps_the_checkpoint_where_it_does_not_adapt(captions_csv, tmp_path):
+    from tests.image_text_helpers import save_family
+    from tests.test_image_text import LABELS
+
+    save_family("siglip", tmp_path / "siglip")
+    done = _cli("train", "--recipe", "siglip", "--weights", tmp_path / "siglip", "--dataset",
+                f"captions:{captions_csv}", "--image-size", "32", "--steps", "2", "--batch-size", "8",
+                "--learning-rate", "1e-2", "--warmup-steps", "0", "--lora-rank", "4", "--layer-decay", "0.8",
+                "--workdir", tmp_path / "run", "--no-progress", "--no-jit", "--eval-batch-size", "8")
+    # Rank 4 on query and value: (48 + 48) * 4 per projection of the image tower's 2 blocks, (32 + 32) * 4 of
+    # the text tower's, and the logit scale and bias.
+    assert "image_text (2,562 of 83,746 parameters train)" in done.stdout
+    reference = keras_vit.from_pretrained(str(tmp_path / "siglip"), task="image_text")
+    model = keras_vit.from_pretrained(str(tmp_path / "run"), task="image_text")
+    assert model.text_config.lora is None and not model.image_tower.config.lora_rank  # merged
+    from keras_vit.weights.layout import text_variables_by_key, variables_by_key
+
+    for tower in (text_variables_by_key, variables_by_key):
+        before = {k: np.asarray(v) for k, v in tower(getattr(reference, "text_tower" if tower is text_variables_by_key
+                                                             else "image_tower")).items()}
+        after = {k: np.asarray(v) for k, v in tower(getattr(model, "text_tower" if tower is text_variables_by_key
+                                                            else "image_tower")).items()}
+        moved = {k for k in before if not np.array_equal(before[k], after[k])}
+        # Only the adapted projections' kernels changed (their updates merged in); tables, norms, biases and
+        # the unadapted key and output projections are the checkpoint's.
+        assert moved and all(k.endswith("/kernel") and ("query" in k or "value" in k) for k in moved), sorted(moved)
+    x = np.random.default_rng(0).normal(size=(2, 32, 32, 3)).astype(np.float32)
+    assert np.abs(model.logits(x, LABELS) - reference.logits(x, LABELS)).max() > 1e-4

@@ -9,6 +9,7 @@ import sys
 
 import numpy as np
 import pytest
+from PIL import Image
 
 from tests.training_helpers import checkpoint_arrays
 
@@ -261,6 +262,11 @@ KILL_9 = {
     "lora": ({"steps": 8, "checkpoint_every": 3, "deterministic": True, "batch_size": 16, "weights": "@chief",
               "lora_rank": 2, "lora_targets": ["query", "value", "mlp"], "dropout_rate": 0.1,
               "learning_rate": 3e-3}, 5),
+    # A SigLIP from scratch on captions (#55): the text tower, the logit scale and bias, the tokenizer
+    # learned from the captions again in the resuming process, and the captions' order must all resume.
+    "image_text": ({"recipe": "siglip", "dataset": "@captions", "steps": 6, "checkpoint_every": 3,
+                    "deterministic": True, "batch_size": 8, "eval_batch_size": 8, "image_size": 28,
+                    "train_augment": "translate", "dropout_rate": 0.1, "learning_rate": 3e-3}, 4),
 }
 # The single-worker run that leaves a checkpoint for the chief of
 # test_workers_that_restore_different_steps_stop_with_one_line.
@@ -271,13 +277,28 @@ CHIEF_FIRST = {"steps": 2, "batch_size": 8, "checkpoint_every": 2}
 # (never its own run's: that one, and CHIEF_FIRST, are trained elsewhere).
 # The LoRA run's own process trains its base, "chief", before it starts; its uninterrupted
 # reference needs that base, so it is trained last, after the resumes (REFERENCES_AFTER).
-REFERENCES_BEFORE = {"plain": ["regularised"], "regularised": ["deit"], "deit": ["plain"], "lora": ["chief"]}
+REFERENCES_BEFORE = {"plain": ["regularised"], "regularised": ["deit"], "deit": ["image_text"],
+                     "image_text": ["plain"], "lora": ["chief"]}
 REFERENCES_AFTER = ["lora"]
 
 
 def _placed(overrides, root):
-    """The overrides with "@chief" (a run's weights) the CHIEF_FIRST run's workdir under `root`."""
-    return {k: str(root / "chief") if v == "@chief" else v for k, v in overrides.items()}
+    """The overrides with "@chief" (a run's weights) the CHIEF_FIRST run's workdir under `root`, and
+    "@captions" (a dataset) the captions file `kill_9` writes there."""
+    places = {"@chief": str(root / "chief"), "@captions": f"captions:{root / 'captions' / 'pairs.csv'}"}
+    return {k: places.get(v, v) if isinstance(v, str) else v for k, v in overrides.items()}
+
+
+def _write_captions(folder, count=40):
+    """`count` of the bundled digits as PNGs in folder/img, with pairs.csv captioning each."""
+    data = np.load(os.path.join(ROOT, "keras_vit", "data", "mnist5k.npz"))
+    os.makedirs(folder / "img")
+    words = ["zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine"]
+    lines = ["image,caption"]
+    for i in range(count):
+        Image.fromarray(data["images"][i]).save(folder / "img" / f"{i}.png")
+        lines.append(f"img/{i}.png,{('the digit {}', 'a handwritten {}')[i % 2].format(words[data['labels'][i]])}")
+    (folder / "pairs.csv").write_text("\n".join(lines) + "\n")
 
 
 @pytest.fixture(scope="module")
@@ -290,6 +311,7 @@ def kill_9(tmp_path_factory):
     own; never the resuming one). -> the root, {name: (resumed, straight,
     checkpoints left by the kill)}."""
     root = tmp_path_factory.mktemp("kill_9")
+    _write_captions(root / "captions")
     runs = {name: {"workdir": str(root / name / "straight"), "overrides": _placed(overrides, root)}
             for name, (overrides, _) in KILL_9.items()}
     runs["chief"] = {"workdir": str(root / "chief"), "overrides": CHIEF_FIRST}
@@ -359,6 +381,12 @@ def test_kill_9_and_resume_of_a_lora_run_ends_bitwise_equal(kill_9):
     assert resumed["eval"] == straight["eval"]
     counts = resumed["parameters"]  # the updates of 3 projections (rank 2) and the head train
     assert counts["trainable"] == 2 * (16 + 16) * 2 + 2 * (16 + 32) * 2 + (16 * 10 + 10) < counts["total"]
+
+
+def test_kill_9_and_resume_of_an_image_text_run_ends_bitwise_equal(kill_9):
+    resumed, straight = _kill_9_and_resume(kill_9, "image_text")
+    assert resumed["eval"] == straight["eval"] and 0.0 <= resumed["eval"]["retrieval"] <= 1.0
+    assert kill_9[1]["image_text"][2] == ["ckpt-00000003.npz"]  # what the kill after step 4 left
 
 
 def test_workers_that_restore_different_steps_stop_with_one_line(kill_9, tmp_path):

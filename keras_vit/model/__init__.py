@@ -3,8 +3,8 @@ descriptions (description), what its heads and feature APIs read (readout), and 
 a built model (blocks). Everything is importable from here, as from the one module it was."""
 
 from keras_vit.model.blocks import (  # noqa: F401
-    encoder_blocks, fuse_gelu, output_activation, rematerialize_blocks, returns_probabilities, vits_in,
-    weight_parts_of)
+    encoder_blocks, fuse_gelu, output_activation, rematerialize_blocks, returns_probabilities, text_towers_in,
+    vits_in, weight_parts_of)
 from keras_vit.model.description import (  # noqa: F401
     MODEL_RANGE, PIXEL_RANGE, PIXELS_ABOVE, PROBABILITY_ACTIVATIONS, activation_name)
 from keras_vit.model.readout import (  # noqa: F401

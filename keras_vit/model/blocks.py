@@ -54,10 +54,20 @@ def vits_in(model, seen=None) -> list:
     return [vit for layer in getattr(model, "layers", ()) for vit in vits_in(layer, seen)]
 
 
+def text_towers_in(model) -> list:
+    """The text towers of an image-text model in `model` (keras_vit.model.text_tower); [] for any other."""
+    tower = getattr(model, "text_tower", None)
+    return [tower] if tower is not None else []
+
+
 def weight_parts_of(model) -> dict:
     """{variable path: keras_vit.weights.parts.WeightPart} for every weight of
-    every ViT in `model`; a wrapper's own layers (a task's head) are not listed."""
-    return {path: part for vit in vits_in(model) for path, part in weight_parts.weight_parts(vit).items()}
+    every ViT in `model` and of an image-text model's text tower; a wrapper's own
+    layers (a task's head, the logit scale) are not listed."""
+    parts = {path: part for vit in vits_in(model) for path, part in weight_parts.weight_parts(vit).items()}
+    for tower in text_towers_in(model):
+        parts.update(weight_parts.text_weight_parts(tower))
+    return parts
 
 
 def output_activation(model):

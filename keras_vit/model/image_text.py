@@ -9,6 +9,7 @@ so zero-shot probabilities are read the way each was trained (`loss`).
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Dict, List, Optional, Sequence
 
 import keras
@@ -148,6 +149,29 @@ class ImageTextModel(keras.Model):
             return (1.0 / (1.0 + np.exp(-logits))).astype(np.float32)
         shifted = np.exp(logits - logits.max(axis=-1, keepdims=True))
         return (shifted / shifted.sum(axis=-1, keepdims=True)).astype(np.float32)
+
+    def merged(self) -> "ImageTextModel":
+        """A model without LoRA updates computing what this one computes: each tower's updates
+        added into its kernels (keras_vit.model.lora); this model itself when it has none."""
+        if not self.text_config.lora and not self.image_tower.config.lora_rank:
+            return self
+        from keras_vit.layers.lora import check_lora
+        from keras_vit.model.lora import merge_lora, merge_updates
+        from keras_vit.weights.layout import text_variables_by_key
+
+        plain = ImageTextModel(merge_lora(self.image_tower), dataclasses.replace(self.text_config, lora=None),
+                               loss=self.loss_kind, uses_token_mask=self.uses_token_mask, family=self.family,
+                               tokenizer=self.tokenizer, name=self.name)
+        params = {key: np.asarray(variable) for key, variable in text_variables_by_key(self.text_tower).items()}
+        lora = check_lora(self.text_config.lora)
+        if lora:
+            params = merge_updates(params, lora["alpha"] / lora["rank"])
+        for key, variable in text_variables_by_key(plain.text_tower).items():
+            variable.assign(params[key])
+        plain.logit_scale.assign(self.logit_scale)
+        if plain.logit_bias is not None:
+            plain.logit_bias.assign(self.logit_bias)
+        return plain
 
     def get_config(self):
         # The tokenizer travels inside the model's config (its file's content and settings), so that

@@ -39,12 +39,18 @@ def parameter_counts(model) -> Dict[str, int]:
 def merged_params(vit) -> dict:
     """The ViT's weights by key with every LoRA update added into its kernel
     (kernel += alpha / rank * A B, in the kernel's axes) and the factors left out."""
-    params = {key: np.asarray(variable) for key, variable in variables_by_key(vit).items()}
+    return merge_updates({key: np.asarray(variable) for key, variable in variables_by_key(vit).items()},
+                         vit.config.lora["alpha"] / vit.config.lora_rank)
+
+
+def merge_updates(params: dict, scale: float) -> dict:
+    """`params` ({key: array}) with each "<projection>/lora_a" and "lora_b" pair added into
+    "<projection>/kernel" (kernel += scale * A B, in the kernel's axes) and the factors left out."""
+    params = dict(params)
     for key in [k for k in params if k.endswith("/lora_a")]:
         prefix = key[:-len("/lora_a")]
         a, b = params.pop(key), params.pop(f"{prefix}/lora_b")
         kernel = params[f"{prefix}/kernel"]
-        scale = vit.config.lora["alpha"] / vit.config.lora_rank
         params[f"{prefix}/kernel"] = (kernel + scale * (a @ b).reshape(kernel.shape)).astype(kernel.dtype)
     return params
 

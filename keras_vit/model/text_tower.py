@@ -27,7 +27,7 @@ class TextTower(keras.layers.Layer):
         self.embedding = TextEmbedding(c.vocab_size, c.max_positions, c.width, name="embedding", dtype=policy)
         self.encoder = Encoder(c.num_layers, c.num_heads, c.mlp_dim, layer_norm_epsilon=c.layer_norm_epsilon,
                                gelu_approximate=c.gelu_approximate, mlp_activation=c.mlp_activation,
-                               name="Transformer", dtype=policy)
+                               lora=c.lora, name="Transformer", dtype=policy)
         self.projection = (keras.layers.Dense(c.projection_size, use_bias=c.projection_bias, name="projection",
                                               dtype=policy) if c.projection_size else None)
 
@@ -36,6 +36,11 @@ class TextTower(keras.layers.Layer):
         self.encoder.build((None, None, self.config.width))
         if self.projection is not None:
             self.projection.build((None, self.config.width))
+        if self.config.lora:  # LoRA trains the updates alone, as the image tower's (model.lora.freeze_for_lora)
+            from keras_vit.weights.layout import is_lora_key, text_variables_by_key
+
+            for key, variable in text_variables_by_key(self).items():
+                variable.trainable = is_lora_key(key)
 
     def call(self, token_ids, token_mask=None, training=False):
         x = self.embedding(token_ids)

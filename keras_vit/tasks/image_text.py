@@ -20,6 +20,7 @@ and export read as any image-text model.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 from typing import Optional
@@ -43,6 +44,7 @@ class ImageTextTask(Task):
     name = "image_text"
     fields = {"image": IMAGE, "text": TEXT}
     gathers_across_replicas = True
+    adapts_encoder = True  # --lora-rank adapts both towers' blocks alike (logit scale and bias train too)
 
     def __init__(self, loss: str = "sigmoid", tokenizer=None, weights: Optional[str] = None):
         if loss not in ("sigmoid", "softmax"):
@@ -96,6 +98,7 @@ class ImageTextTask(Task):
                     num_channels=plan.num_channels)
         text = _text_half(self.weights) if self.weights else None
         config = text.config if text else _scratch_text_config(tower.config, self)
+        config = dataclasses.replace(config, lora=tower.config.lora)  # the run's LoRA (None: none) on both towers
         model = ImageTextModel(tower, config, loss=self.loss, uses_token_mask=self.tokenizer.returns_mask,
                                family=text.family if text else ("SigLIP" if self.loss == "sigmoid" else "CLIP"),
                                tokenizer=self.tokenizer, name="image_text")
@@ -127,15 +130,14 @@ class ImageTextTask(Task):
         first = (replica.replica_id_in_sync_group if replica is not None else 0) * local
         own = first + tf.range(local)
         scale = tf.exp(tf.cast(model.logit_scale, tf.float32))
+        if self.loss == "sigmoid":
+            replicas = replica.num_replicas_in_sync if replica is not None else 1
+            return _chunked_sigmoid(images, every_text, own, scale, tf.cast(model.logit_bias, tf.float32), local,
+                                    replicas)
         image_to_text = tf.matmul(images, every_text, transpose_b=True) * scale  # (B, R*B)
         text_to_image = tf.matmul(texts, every_image, transpose_b=True) * scale
-        if self.loss == "sigmoid":
-            logits = image_to_text + tf.cast(model.logit_bias, tf.float32)
-            signs = 2.0 * tf.one_hot(own, tf.shape(every_text)[0]) - 1.0
-            loss = -tf.reduce_sum(tf.math.log_sigmoid(signs * logits), axis=-1)
-        else:
-            loss = 0.5 * (tf.nn.sparse_softmax_cross_entropy_with_logits(own, image_to_text)
-                          + tf.nn.sparse_softmax_cross_entropy_with_logits(own, text_to_image))
+        loss = 0.5 * (tf.nn.sparse_softmax_cross_entropy_with_logits(own, image_to_text)
+                      + tf.nn.sparse_softmax_cross_entropy_with_logits(own, text_to_image))
         hits = tf.cast(tf.equal(tf.argmax(image_to_text, axis=-1, output_type=tf.int32), own), tf.float32)
         return loss, {"retrieval": hits}
 
@@ -143,8 +145,32 @@ class ImageTextTask(Task):
         return (f"loss {figures['loss']:.4f}, image-to-caption retrieval in the batch "
                 f"{figures.get('retrieval', 0.0):.2%}")
 
+    def export_model(self, model):
+        """The run's model.keras: LoRA's updates merged into both towers (ImageTextModel.merged)."""
+        return model.merged()
+
     def serving_outputs(self, model, images):
         return {"embeddings": model.image_tower(images, training=False)}
+
+
+def _chunked_sigmoid(images, every_text, own, scale, bias, local, replicas: int):
+    """SigLIP's loss of this replica's images against every replica's texts, one replica's share
+    of texts at a time (the paper's chunked form: a (B, B) block of logits alive at once, never
+    (B, R*B)); with the best-scoring text kept as it goes, for the retrieval figure. The sum is
+    the whole matrix's: -sum_j log sigmoid(z_ij (t <x_i, y_j> + b))."""
+    loss = tf.zeros(tf.shape(images)[:1], tf.float32)
+    best_score = tf.fill(tf.shape(images)[:1], -math.inf)
+    best_text = tf.zeros(tf.shape(images)[:1], tf.int32)
+    for chunk in range(replicas):
+        first = chunk * local
+        texts = every_text[first:first + local]
+        logits = tf.matmul(images, texts, transpose_b=True) * scale + bias
+        signs = 2.0 * tf.one_hot(own - first, tf.shape(texts)[0]) - 1.0  # an own text outside the block: no +1
+        loss += -tf.reduce_sum(tf.math.log_sigmoid(signs * logits), axis=-1)
+        score, text = tf.reduce_max(logits, axis=-1), tf.argmax(logits, axis=-1, output_type=tf.int32) + first
+        better = score > best_score
+        best_score, best_text = tf.where(better, score, best_score), tf.where(better, text, best_text)
+    return loss, {"retrieval": tf.cast(tf.equal(best_text, own), tf.float32)}
 
 
 def _is_image_text_folder(path) -> bool:

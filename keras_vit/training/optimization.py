@@ -10,8 +10,8 @@ import tensorflow as tf
 from keras import ops
 
 from keras_vit.errors import UserError
-from keras_vit.model import vits_in, weight_parts_of
-from keras_vit.weights.parts import weight_parts
+from keras_vit.model import text_towers_in, vits_in, weight_parts_of
+from keras_vit.weights.parts import text_weight_parts, weight_parts
 
 
 @keras.saving.register_keras_serializable(package="keras_vit")
@@ -55,7 +55,8 @@ def layer_scales(model, rate: float) -> dict:
     """{variable path: learning-rate scale} of BEiT's layer-wise decay:
     rate ** (num_layers + 1 - depth), depth from the parts description (the
     stem 0, block i i + 1, the head side num_layers + 1: final norm, MAP head,
-    pooled norm, projection, pre-logits and heads all at the head's rate).
+    pooled norm, projection, pre-logits and heads all at the head's rate); an
+    image-text model's text tower by the same rule over its own blocks.
     A task's wrapper around the ViT names its own stem-side layers in
     `stem_layers` (masked patch prediction's mask token: depth 0, as BEiT's);
     its other layers (the colour head) are its head: scale 1."""
@@ -67,6 +68,10 @@ def layer_scales(model, rate: float) -> dict:
     for vit in vits:
         num_layers = vit.config.num_layers
         for path, part in weight_parts(vit).items():
+            scales[path] = rate ** (num_layers + 1 - part.depth(num_layers))
+    for tower in text_towers_in(model) if model is not None else []:  # an image-text model's text tower: its own depth
+        num_layers = tower.config.num_layers
+        for path, part in text_weight_parts(tower).items():
             scales[path] = rate ** (num_layers + 1 - part.depth(num_layers))
     for layer in getattr(model, "stem_layers", ()):
         for variable in layer.trainable_variables:

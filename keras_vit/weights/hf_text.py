@@ -112,10 +112,11 @@ def read_text_half(hf: dict, tensors: Dict[str, np.ndarray], where: str) -> Text
 
 
 def load_text_params(tower, params: Dict[str, np.ndarray], where: str) -> None:
-    """Assigns a TextHalf's params to a TextTower, after checking every key and shape."""
-    from keras_vit.weights.layout import text_variables_by_key
+    """Assigns a TextHalf's params to a TextTower, after checking every key and shape (a tower
+    with LoRA's updates keeps them as built: a checkpoint has none)."""
+    from keras_vit.weights.layout import is_lora_key, text_variables_by_key
 
-    expected = text_variables_by_key(tower)
+    expected = {key: variable for key, variable in text_variables_by_key(tower).items() if not is_lora_key(key)}
     missing = sorted(set(expected) - set(params))
     unexpected = sorted(set(params) - set(expected))
     mismatched = [f"{k}: checkpoint {tuple(params[k].shape)}, model {tuple(expected[k].shape)}"

@@ -107,6 +107,22 @@ def weight_parts(vit) -> Dict[str, WeightPart]:
     return {variable.path: part_of(key) for key, variable in variables_by_key(vit).items()}
 
 
+# A text tower's own tables (keras_vit.model.text_tower), before its first block as the image stem is.
+TEXT_STEM_KEYS = ("token_embedding", "position_embedding")
+
+
+def text_weight_parts(tower) -> Dict[str, WeightPart]:
+    """{variable path: WeightPart} for every weight of a TextTower: its token and position
+    tables the stem, its blocks and final norm as the image tower's, its projection the readout."""
+    from keras_vit.weights.layout import TEXT_ROOT, text_variables_by_key
+
+    parts = {}
+    for key, variable in text_variables_by_key(tower).items():
+        own = key[len(TEXT_ROOT):]
+        parts[variable.path] = WeightPart(own, STEM) if own in TEXT_STEM_KEYS else part_of(own)
+    return parts
+
+
 def layers_in(vit, groups) -> list:
     """The layers of `vit` (by their handles) whose group is in `groups`."""
     return [getattr(vit, handle) for handle, group in HANDLES.items()
