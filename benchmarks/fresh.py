@@ -35,3 +35,20 @@ def machine() -> dict:
     except (OSError, StopIteration):
         cpu = "unknown CPU"
     return {"cpu": cpu, "cores": os.cpu_count(), "date": time.strftime("%Y-%m-%d")}
+
+
+def write_report(out: str, report: dict, markdown) -> None:
+    """out.json (the report) and out.md (markdown(report)), said in one line."""
+    import json
+
+    with open(out + ".json", "w") as f:
+        json.dump(report, f, indent=1)
+    with open(out + ".md", "w") as f:
+        f.write(markdown(report))
+    print(f"wrote {out}.json and .md")
+
+
+def machine_line(report: dict) -> str:
+    """The date, CPU and probe of a report, as a results table's first line ends."""
+    machine = report["machine"]
+    return f"{report['date']}, {machine.get('cpu', '?')} ({machine.get('cores', '?')} cores); matmul probe {report['probe']}"

@@ -19,7 +19,6 @@ the same machine at the same moment. Writes benchmarks/results_image_text.{json,
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import sys
@@ -110,17 +109,13 @@ def main(argv=None):
     report = {"date": time.strftime("%Y-%m-%d"), "machine": fresh.machine(), "probe": probe.summary(),
               "rounds": args.rounds, "block_s": args.block, "rows": rows,
               "wall_s": round(time.time() - started, 1)}
-    with open(args.out + ".json", "w") as f:
-        json.dump(report, f, indent=1)
-    with open(args.out + ".md", "w") as f:
-        f.write(markdown(report))
-    print(f"wrote {args.out}.json and .md")
+    fresh.write_report(args.out, report, markdown)
 
 
 def markdown(report) -> str:
-    lines = [f"SigLIP B/16 embeddings, keras_vit against keras-hub, {report['date']}, "
-             f"{report['machine'].get('cpu', '?')} ({report['machine'].get('cores', '?')} cores), float32; "
-             f"matmul probe {report['probe']}.", "",
+    import fresh
+
+    lines = [f"SigLIP B/16 embeddings, keras_vit against keras-hub, float32, {fresh.machine_line(report)}.", "",
              "| what | how | batch | keras-vit /s | keras-hub /s | keras-vit / keras-hub |", "|---|---|---|---|---|---|"]
     by = {(r["what"], r["impl"], r["how"]): r for r in report["rows"]}
     for (what, impl, how), row in by.items():

@@ -8,7 +8,8 @@ import tensorflow as tf
 
 from keras_vit.model import ViT
 from keras_vit.tasks import PatchGridModel, Task, across_replicas
-from keras_vit.tasks.fields import IGNORE, IMAGE, MASK
+from keras_vit.tasks.fields import IMAGE, MASK
+from keras_vit.tasks.segmentation import pixel_cross_entropy
 from keras_vit.variants import get_variant
 
 
@@ -27,13 +28,8 @@ class PixelTask(Task):
 
     def compute_loss(self, model, batch, training):
         logits = tf.cast(model(batch["image"], training=training), tf.float32)  # (B, H, W, K)
-        mask = batch["mask"]
-        known = tf.cast(mask != IGNORE, tf.float32)
-        per_pixel = tf.nn.sparse_softmax_cross_entropy_with_logits(tf.where(mask == IGNORE, 0, mask), logits)
-        count = tf.maximum(tf.reduce_sum(known, axis=[1, 2]), 1.0)
-        hits = tf.cast(tf.argmax(logits, -1, output_type=tf.int32) == mask, tf.float32) * known
-        loss = tf.reduce_sum(per_pixel * known, axis=[1, 2]) / count
-        return loss, {"pixel_accuracy": tf.reduce_sum(hits, axis=[1, 2]) / count}
+        loss, accuracy = pixel_cross_entropy(logits, batch["mask"])  # the segmentation Task's, per image
+        return loss, {"pixel_accuracy": accuracy}
 
     def serving_outputs(self, model, images):
         logits = model(images, training=False)

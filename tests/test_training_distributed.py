@@ -267,6 +267,12 @@ KILL_9 = {
     "image_text": ({"recipe": "siglip", "dataset": "@captions", "steps": 6, "checkpoint_every": 3,
                     "deterministic": True, "batch_size": 8, "eval_batch_size": 8, "image_size": 28,
                     "train_augment": "translate", "dropout_rate": 0.1, "learning_rate": 3e-3}, 4),
+    # Segmentation (#56) from a DINOv3 saved by transformers, under a DPT head on four blocks: the
+    # masks' crops and flips, DINOv3's random rotary coordinates and the head must all resume.
+    "segmentation": ({"task": "segmentation", "head": "dpt", "weights": "@dinov3", "dataset": "@scenes",
+                      "model": None, "steps": 6, "checkpoint_every": 3, "deterministic": True, "batch_size": 4,
+                      "eval_batch_size": 4, "image_size": 32, "train_augment": "inception_crop_flip",
+                      "learning_rate": 3e-3}, 4),
 }
 # The single-worker run that leaves a checkpoint for the chief of
 # test_workers_that_restore_different_steps_stop_with_one_line.
@@ -277,16 +283,32 @@ CHIEF_FIRST = {"steps": 2, "batch_size": 8, "checkpoint_every": 2}
 # (never its own run's: that one, and CHIEF_FIRST, are trained elsewhere).
 # The LoRA run's own process trains its base, "chief", before it starts; its uninterrupted
 # reference needs that base, so it is trained last, after the resumes (REFERENCES_AFTER).
-REFERENCES_BEFORE = {"plain": ["regularised"], "regularised": ["deit"], "deit": ["image_text"],
-                     "image_text": ["plain"], "lora": ["chief"]}
+REFERENCES_BEFORE = {"plain": ["regularised"], "regularised": ["deit"], "deit": ["segmentation"],
+                     "segmentation": ["image_text"], "image_text": ["plain"], "lora": ["chief"]}
 REFERENCES_AFTER = ["lora"]
 
 
 def _placed(overrides, root):
     """The overrides with "@chief" (a run's weights) the CHIEF_FIRST run's workdir under `root`, and
-    "@captions" (a dataset) the captions file `kill_9` writes there."""
-    places = {"@chief": str(root / "chief"), "@captions": f"captions:{root / 'captions' / 'pairs.csv'}"}
+    "@captions", "@scenes" (datasets) and "@dinov3" (weights) what `kill_9` writes there."""
+    places = {"@chief": str(root / "chief"), "@captions": f"captions:{root / 'captions' / 'pairs.csv'}",
+              "@scenes": f"masks:{root / 'scenes'}", "@dinov3": str(root / "dinov3")}
     return {k: places.get(v, v) if isinstance(v, str) else v for k, v in overrides.items()}
+
+
+def _write_scenes_and_dinov3(root):
+    """root/scenes (keras-vit scenes: 16 of 32 px) and root/dinov3, a 4-block DINOv3 saved by transformers."""
+    import transformers
+
+    from keras_vit.data.scenes import write_scenes
+    from tests.sources_helpers import perturb_torch
+
+    write_scenes(str(root / "scenes"), 16, 32, seed=1)
+    config = transformers.DINOv3ViTConfig(hidden_size=32, num_hidden_layers=4, num_attention_heads=2,
+                                          intermediate_size=64, patch_size=4, image_size=32, num_register_tokens=2)
+    model = transformers.DINOv3ViTModel(config).eval()
+    perturb_torch(model, 0, scale=0.2)
+    model.save_pretrained(root / "dinov3")
 
 
 def _write_captions(folder, count=40):
@@ -312,6 +334,7 @@ def kill_9(tmp_path_factory):
     checkpoints left by the kill)}."""
     root = tmp_path_factory.mktemp("kill_9")
     _write_captions(root / "captions")
+    _write_scenes_and_dinov3(root)
     runs = {name: {"workdir": str(root / name / "straight"), "overrides": _placed(overrides, root)}
             for name, (overrides, _) in KILL_9.items()}
     runs["chief"] = {"workdir": str(root / "chief"), "overrides": CHIEF_FIRST}
@@ -387,6 +410,11 @@ def test_kill_9_and_resume_of_an_image_text_run_ends_bitwise_equal(kill_9):
     resumed, straight = _kill_9_and_resume(kill_9, "image_text")
     assert resumed["eval"] == straight["eval"] and 0.0 <= resumed["eval"]["retrieval"] <= 1.0
     assert kill_9[1]["image_text"][2] == ["ckpt-00000003.npz"]  # what the kill after step 4 left
+
+
+def test_kill_9_and_resume_of_a_dinov3_segmentation_run_ends_bitwise_equal(kill_9):
+    resumed, straight = _kill_9_and_resume(kill_9, "segmentation")
+    assert resumed["eval"] == straight["eval"] and 0.0 <= resumed["eval"]["mean_iou"] <= 1.0
 
 
 def test_workers_that_restore_different_steps_stop_with_one_line(kill_9, tmp_path):

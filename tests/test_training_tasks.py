@@ -75,10 +75,10 @@ def test_masked_patch_metrics_use_the_same_rule():
 
 
 def test_one_registry_and_make_task():
-    from keras_vit.tasks import ImageTextTask
+    from keras_vit.tasks import DepthTask, ImageTextTask, SegmentationTask
 
     assert TASKS == {"classification": ClassificationTask, "masked_patch": MaskedPatchTask,
-                     "image_text": ImageTextTask}
+                     "image_text": ImageTextTask, "segmentation": SegmentationTask, "depth": DepthTask}
     assert all(issubclass(task, Task) for task in TASKS.values())
     assert RECIPE_TASKS == {"masked_patch": "masked_patch", "siglip": "image_text", "clip": "image_text"}
     scratch = TrainConfig.create("scratch", model="Mu/4", workdir="w")
@@ -86,7 +86,7 @@ def test_one_registry_and_make_task():
     assert type(task) is ClassificationTask and task.label_smoothing == 0.1  # the recipe's
     assert type(make_task(TrainConfig.create("masked_patch", model="Mu/4", workdir="w"))) is MaskedPatchTask
     assert type(make_task(scratch.replace(task="masked_patch"))) is MaskedPatchTask
-    with pytest.raises(ValueError, match="Unknown task 'colour': give one of classification, image_text, masked_patch, or a Task of your own"):
+    with pytest.raises(ValueError, match="Unknown task 'colour': give one of classification, depth, image_text, masked_patch, segmentation, or a Task of your own"):
         make_task(scratch.replace(task="colour"))
 
 

@@ -37,6 +37,7 @@ COMMANDS = {
     "inspect": ("keras_vit.inspection.cli_inspect", "attention maps and the paper's figures"),
     "bench": ("keras_vit.cli.bench", "benchmark against keras-hub and PyTorch"),
     "demo": ("keras_vit.cli.demo", "train on the bundled MNIST digits, then export"),
+    "scenes": ("keras_vit.cli.scenes", "write synthetic scenes with masks and depth maps, to train on"),
     "variants": ("keras_vit.cli.variants", "list the registered variants and their checkpoints"),
 }
 

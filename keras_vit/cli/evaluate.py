@@ -198,13 +198,18 @@ def _task_run(args, task) -> int:
         print(json.dumps({"model": str(args.model), "data": str(args.data), "task": task.name, **summary}, indent=2))
     else:
         print(f"{workdir} ({task.name}) on {summary['num_examples']} examples of {args.data}: {task.describe(summary)}")
+        if hasattr(task, "describe_classes"):  # segmentation: each class's IoU, by the data's names
+            print("\n".join(task.describe_classes(summary, source.class_names)))
     return 0
 
 
 def _whole_data(spec: str) -> str:
     """DATA as a dataset whose evaluation split is all of it: a list file (list:FILE, or FILE.csv)
-    is its own evaluation split (list:FILE,FILE); any other spec as train takes it."""
+    is its own evaluation split (list:FILE,FILE), as a masks: or depth: folder is (its val/ where
+    it is split); any other spec as train takes it."""
     spec = str(spec)
+    if spec.startswith(("masks:", "depth:")) and "," not in spec:
+        return f"{spec},{spec.partition(':')[2]}"
     if spec.startswith("list:") and "," not in spec:
         spec = spec[len("list:"):]
     if spec.lower().endswith((".csv", ".json")):

@@ -119,7 +119,7 @@ def _task_run(args, task, out) -> int:
     print(f"{args.source} ({task.name}): {model.count_params():,} parameters; quantising the encoder blocks' "
           f"{6 * model.vit.config.num_layers} projections to {args.mode}", flush=True)
     start = time.perf_counter()
-    quantized = PatchGridModel(quantize(model.vit, args.mode), model.head, name=model.name)
+    quantized = PatchGridModel(quantize(model.vit, args.mode), model.head, blocks=model.blocks, name=model.name)
     report = {"source": os.fspath(args.source), "mode": args.mode, "task": task.name,
               "seconds": round(time.perf_counter() - start, 1),
               "weights_bytes": {"float": weight_bytes(model), args.mode: weight_bytes(quantized)}}

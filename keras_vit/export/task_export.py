@@ -1,16 +1,20 @@
 """The export of a run whose Task's model is not a classifier (keras_vit.tasks: a mask per
-pixel, ...): a SavedModel for TF Serving whose signatures serve the Task's outputs.
+pixel, a depth map, ...): a SavedModel for TF Serving whose signatures serve the Task's
+outputs, and for the per-pixel Tasks a TFLite file.
 
     <out>/<name>/<version>/   serving_default(images: float32 (B, H, W, C), pixels 0..255)
                               serving_bytes(image_bytes: string (B,), encoded images)
                                   -> the Task's outputs (Task.serving_outputs), e.g. mask (B, H, W)
+    <out>/<name>.tflite       serving_default's outputs for one image (1, H, W, C), builtin ops only
     <out>/report.json         what was exported and how it agreed with Keras
 
 Images are scaled inside as the run trained (the ViT's pixel normalisation), and serving_bytes
-decodes and resizes as `keras-vit predict` does. Before it is installed, the SavedModel is
-loaded back and both signatures are compared with Keras on the validation images: float
-outputs within 1e-4, integer outputs (a mask's classes) equal on all but 0.1% of their values
-(a near-tie may fall either way). The other formats serve a classifier and are refused.
+decodes and resizes as `keras-vit predict` does. A segmentation or depth run's serving_bytes
+answers at each image's own size (Task.at_size): a batch of sizes is padded to its largest
+(a mask with 255, probabilities and depth with 0) and `image_size` (B, 2) says each one's.
+Before it is installed, each artifact is loaded back and compared with Keras on the
+validation images: float outputs within 1e-4 of their scale, integer outputs
+(a mask's classes) equal on all but 0.1% of their values (a near-tie may fall either way).
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ from keras_vit.errors import CannotContinue, UserError
 from keras_vit.model.patch_grid import task_model
 
 FORMAT = "saved_model"
+TFLITE = "tflite"
 TOLERANCE = 1e-4
 
 
@@ -36,10 +41,12 @@ def export_task_run(path, task, formats=None, out="exports", *, validation_data=
     from keras_vit.export.source import _safe_name
 
     asked = _formats(formats)
-    if asked != [FORMAT]:
-        others = ", ".join(f for f in asked if f != FORMAT)
-        raise UserError(f"{others}: the {task.name} task's model is not a classifier, and it exports as "
-                        f"{FORMAT} only (its outputs: Task.serving_outputs): give --formats {FORMAT}.")
+    allowed = [FORMAT, TFLITE] if hasattr(task, "at_size") else [FORMAT]
+    if [f for f in asked if f not in allowed] or FORMAT not in asked:
+        others = ", ".join(f for f in asked if f not in allowed) or "without saved_model"
+        kinds = f"{FORMAT} only" if allowed == [FORMAT] else " and ".join(allowed)
+        raise UserError(f"{others}: the {task.name} task's model is not a classifier, and it exports as {kinds} "
+                        f"(its outputs: Task.serving_outputs): give --formats {','.join(allowed)}.")
     replacing = install_lib.check_out(out, overwrite)
     model = task_model(runs.load_model(path), "export")
     name = _safe_name(name or os.path.basename(os.path.normpath(runs.workdir_of(path))))
@@ -52,15 +59,19 @@ def export_task_run(path, task, formats=None, out="exports", *, validation_data=
         os.makedirs(os.path.dirname(artifact))
         _write(model, task, artifact)
         agreement = _validate(model, task, artifact, images)
+        rows = [{"format": FORMAT, "path": os.path.join(out, name, str(version)), **agreement}]
+        if TFLITE in asked:
+            rows.append({"format": TFLITE, "path": os.path.join(out, f"{name}.tflite"),
+                         **_tflite(model, task, os.path.join(built, f"{name}.tflite"), images)})
+        passed = all(row["passed"] for row in rows)
         report = {"task": task.name, "source": str(path), "name": name, "version": version,
-                  "replaced": replacing, "artifacts": [{"format": FORMAT, "path": os.path.join(out, name, str(version)),
-                                                        "passed": agreement["passed"], **agreement}],
-                  "passed": agreement["passed"]}
+                  "replaced": replacing, "artifacts": rows, "passed": passed}
         with open(os.path.join(built, "report.json"), "w", encoding="utf-8") as f:
             json.dump(report, f, indent=2)
-        if not agreement["passed"]:
-            raise CannotContinue(f"{FORMAT} of {path} does not agree with Keras: {agreement['problems']}; "
-                                 f"nothing was installed in {out}.")
+        if not passed:
+            problems = "; ".join(f"{row['format']}: {row['problems']}" for row in rows if not row["passed"])
+            raise CannotContinue(f"The export of {path} does not agree with Keras: {problems}; nothing was "
+                                 f"installed in {out}.")
         install_lib.install(built, out)
     finally:
         install_lib.discard_staging(staging, made)
@@ -71,9 +82,14 @@ def export_task_run(path, task, formats=None, out="exports", *, validation_data=
 
 def summary_line(report) -> str:
     """The export of a Task run in one line (what `keras-vit export --quiet` prints)."""
-    row = report["artifacts"][0]
-    return (f"{FORMAT}: {row['path']} (serving_default, serving_bytes -> {', '.join(row['outputs'])}); agrees "
-            f"with Keras on {row['validation_images']} images (largest difference {row['max_abs_diff']:.2g})")
+    lines = []
+    for row in report["artifacts"]:
+        how = "serving_default, serving_bytes" if row["format"] == FORMAT else "one image"
+        lines.append(f"{row['format']}: {row['path']} ({how} -> {', '.join(row['outputs'])}); agrees with Keras on "
+                     f"{row['validation_images']} images (largest difference {row['max_abs_diff']:.2g})")
+        if row.get("other_size"):
+            lines[-1] += f"; serving_bytes answers at the image's size ({row['other_size']})"
+    return "\n[export] ".join(lines)
 
 
 def _formats(formats):
@@ -106,12 +122,38 @@ def _write(model, task, path) -> None:
     def serve_bytes(image_bytes):
         images = tf.map_fn(lambda encoded: bytes_lib.load_image(encoded, (height, width), channels), image_bytes,
                            fn_output_signature=tf.TensorSpec((height, width, channels), tf.float32))
-        return serve(images)
+        outputs = serve(images)
+        if not hasattr(task, "at_size"):
+            return outputs
+        sizes = tf.map_fn(lambda encoded: tf.shape(bytes_lib.decode(encoded, channels))[:2], image_bytes,
+                          fn_output_signature=tf.TensorSpec((2,), tf.int32))
+        return {**at_image_sizes(task, outputs, sizes), "image_size": sizes}
 
     archive.write(path, {
         "serving_default": (serve, [tf.TensorSpec((None, height, width, channels), tf.float32, name="images")]),
         "serving_bytes": (serve_bytes, [tf.TensorSpec((None,), tf.string, name="image_bytes")]),
     })
+
+
+def at_image_sizes(task, outputs, sizes):
+    """A batch of a dense Task's outputs (at the model's size), each at its image's own size
+    (`sizes` (B, 2)), padded to the batch's largest with the Task's padding values."""
+    import tensorflow as tf
+
+    tallest, widest = tf.reduce_max(sizes[:, 0]), tf.reduce_max(sizes[:, 1])
+
+    def one(args):
+        own, size = args
+        resized = task.at_size(own, size[0], size[1])
+        padded = {}
+        for key, value in resized.items():
+            pad = [[0, tallest - size[0]], [0, widest - size[1]]] + [[0, 0]] * (value.shape.rank - 2)
+            padded[key] = tf.pad(value, pad, constant_values=tf.cast(task.padding[key], value.dtype))
+        return padded
+
+    example = task.at_size({k: v[0] for k, v in outputs.items()}, sizes[0, 0], sizes[0, 1])
+    signature = {k: tf.TensorSpec((None, None, *v.shape[2:]), v.dtype) for k, v in example.items()}
+    return tf.map_fn(one, (outputs, sizes), fn_output_signature=signature)
 
 
 def _validate(model, task, path, images) -> Dict:
@@ -129,18 +171,92 @@ def _validate(model, task, path, images) -> Dict:
         outputs = loaded.signatures[signature](**{"images" if signature == "serving_default" else "image_bytes":
                                                   argument})
         for key, expected in reference.items():
-            got = outputs[key].numpy()
-            if got.shape != expected.shape:
-                problems.append(f"{signature} {key}: shape {got.shape}, Keras {expected.shape}")
-            elif np.issubdtype(expected.dtype, np.floating):
-                difference = float(np.max(np.abs(got - expected))) if got.size else 0.0
-                largest = max(largest, difference)
-                if difference > TOLERANCE:
-                    problems.append(f"{signature} {key}: differs from Keras by {difference:.2g}")
-            elif np.mean(got != expected) > 1e-3:  # class ids: a near-tie may fall either way
-                problems.append(f"{signature} {key}: {np.mean(got != expected):.2%} differ from Keras")
+            largest = max(largest, _compare(f"{signature} {key}", outputs[key].numpy(), expected, problems))
+    row = {"passed": not problems, "problems": "; ".join(problems), "max_abs_diff": largest,
+           "outputs": sorted(keras_outputs), "validation_images": int(len(images))}
+    if hasattr(task, "at_size"):
+        row.update(_other_size(model, task, loaded, images[0], problems))
+        row.update(passed=not problems, problems="; ".join(problems))
+    return row
+
+
+def _other_size(model, task, loaded, image, problems) -> Dict:
+    """serving_bytes on an image of another size and aspect: its outputs at that size, as Keras
+    gives them at the model's size resized by the Task (Task.at_size)."""
+    import tensorflow as tf
+    from PIL import Image
+
+    from keras_vit.export import image_bytes as bytes_lib
+
+    height, width, channels = model.input_size
+    pixels = np.asarray(Image.fromarray(np.round(image).astype(np.uint8).squeeze()).resize(
+        (width * 3 // 2 + 1, height + 3)))
+    encoded = _png(pixels.reshape(pixels.shape[0], pixels.shape[1], -1))
+    served = loaded.signatures["serving_bytes"](image_bytes=tf.constant([encoded]))
+    resized = bytes_lib.load_image(tf.constant(encoded), (height, width), channels)
+    keras_outputs = task.serve(model, resized[None])
+    expected = task.at_size({k: v[0] for k, v in keras_outputs.items()}, pixels.shape[0], pixels.shape[1])
+    where = f"serving_bytes of a {pixels.shape[1]}x{pixels.shape[0]} image"
+    for key, value in expected.items():
+        _compare(f"{where}: {key}", served[key].numpy()[0], value.numpy(), problems)
+    return {"other_size": f"{pixels.shape[1]}x{pixels.shape[0]}"}
+
+
+def _tflite(model, task, path, images) -> Dict:
+    """The SavedModel's serving_default as TFLite (builtin ops only) at `path`, compared with Keras."""
+    import tempfile
+
+    import tensorflow as tf
+    from ai_edge_litert.interpreter import Interpreter
+
+    from keras_vit.export import archive, tflite
+
+    height, width, channels = model.input_size
+    # Through a SavedModel of one image's signature, as every TFLite export here is converted.
+    with tempfile.TemporaryDirectory() as scratch:
+        archive.write(scratch, {"serving_default": (lambda images: task.serve(model, images),
+                                                    [tf.TensorSpec((1, height, width, channels), tf.float32,
+                                                                   name="images")])})
+        content, _ = tflite.convert(scratch, "tflite")
+    with open(path, "wb") as f:
+        f.write(content)
+    runner = Interpreter(model_content=content).get_signature_runner()
+    expected = {k: np.asarray(v) for k, v in task.serve(model, tf.constant(images, tf.float32)).items()}
+    got = [runner(images=np.asarray(image, np.float32)[None]) for image in images]
+    got = {key: np.concatenate([g[key] for g in got]) for key in got[0]}
+    problems, largest = [], 0.0
+    if sorted(got) != sorted(expected):
+        problems.append(f"outputs {sorted(got)}, Keras {sorted(expected)}")
+    for key in sorted(set(got) & set(expected)):
+        largest = max(largest, _compare(key, got[key], expected[key], problems))
     return {"passed": not problems, "problems": "; ".join(problems), "max_abs_diff": largest,
-            "outputs": sorted(keras_outputs), "validation_images": int(len(images))}
+            "outputs": sorted(expected), "validation_images": int(len(images))}
+
+
+def _compare(where: str, got, expected, problems: list) -> float:
+    """One output against Keras': floats within `tolerance`, class ids equal on all but 0.1% (a
+    near-tie may fall either way); a problem appended in words -> the largest float difference."""
+    got, expected = np.asarray(got), np.asarray(expected)
+    if got.shape != expected.shape:
+        problems.append(f"{where}: shape {got.shape}, Keras {expected.shape}")
+        return 0.0
+    if np.issubdtype(expected.dtype, np.floating):
+        if not np.isfinite(got).all():
+            problems.append(f"{where}: not finite")
+            return 0.0
+        difference = float(np.max(np.abs(got - expected))) if got.size else 0.0
+        if difference > tolerance(expected):
+            problems.append(f"{where}: differs from Keras by {difference:.2g}")
+        return difference
+    if np.mean(got != expected) > 1e-3:
+        problems.append(f"{where}: {np.mean(got != expected):.2%} differ from Keras")
+    return 0.0
+
+
+def tolerance(expected) -> float:
+    """How far a float output may be from Keras': 1e-4 of its scale (at least 1e-4: depth in metres
+    runs to tens, probabilities to 1)."""
+    return TOLERANCE * max(1.0, float(np.max(np.abs(expected))) if np.size(expected) else 1.0)
 
 
 def _png(pixels) -> bytes:

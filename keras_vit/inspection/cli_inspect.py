@@ -41,6 +41,18 @@ def add_arguments(parser):
                              "weights resized), so every figure has that grid")
 
 
+def _dense_figure(task, model, pixels, paths, args):
+    """outputs.png: each image beside its segmentation or depth (Task.figure_panels)."""
+    import numpy as np
+
+    from keras_vit.inspection.plots import plot_panels
+
+    outputs = {k: np.asarray(v) for k, v in task.serve(model, pixels).items()}
+    rows = [[(os.path.basename(path), np.round(pixels[i]).astype(np.uint8))]
+            + task.figure_panels(pixels[i], {k: v[i] for k, v in outputs.items()}) for i, path in enumerate(paths)]
+    return plot_panels(rows, os.path.join(args.out, "outputs.png"), args.dpi)
+
+
 def run(args):
     from keras_vit.images import find_images, load_images
     from keras_vit.inspection.figures import choose_overlays, make_figures
@@ -54,9 +66,16 @@ def run(args):
     if unwritable is not None:  # found before the model is loaded, not after the figures are drawn
         raise UsageError(f"--out {args.out!r} cannot be written ({unwritable}): give a folder this user can write.")
     source = open_model(args.model, args.labels)
+    dense = None
     if isinstance(source.model, PatchGridModel):  # a run of a Task with its own head: its encoder's figures
-        print(f"keras-vit inspect: {args.model} is a run of a Task with its own head: the figures are its ViT's "
-              f"(attention, tokens); the head is not drawn.", flush=True)
+        from keras_vit.tasks import run_task
+
+        task = run_task(args.model)
+        if hasattr(task, "figure_panels"):  # segmentation, depth: their outputs over the images, too
+            dense = (task, source.model)
+        else:
+            print(f"keras-vit inspect: {args.model} is a run of a Task with its own head: the figures are its "
+                  f"ViT's (attention, tokens); the head is not drawn.", flush=True)
         source = dataclasses.replace(source, model=source.model.vit)
     if getattr(source.model, "dynamic_image_size", False) or args.image_size is not None:
         # Figures read one grid: a fixed model at the size asked (or the one a dynamic model was built for).
@@ -79,6 +98,8 @@ def run(args):
     classes = [class_of[path] for path in read]
     paths = make_figures(model, pixels, args.out, labels=labels, num_overlays=args.overlays,
                          batch_size=args.batch_size, dpi=args.dpi, paths=read, classes=classes)
+    if dense is not None:
+        paths["outputs"] = _dense_figure(*dense, pixels[:args.overlays], read, args)
     if hasattr(model, "input_description"):
         print(f"{source.description}: inputs: {model.input_description}")
     named = {c for c in classes if c is not None}

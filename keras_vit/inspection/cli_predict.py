@@ -28,6 +28,10 @@ def add_arguments(parser):
     parser.add_argument("--recursive", action="store_true", help="also read images in sub-folders")
     parser.add_argument("--json", action="store_true", help="print one JSON object per image instead of a table")
     parser.add_argument("--no-progress", action="store_true", help="never show the progress bar")
+    parser.add_argument("--out", metavar="DIR",
+                        help="a segmentation or depth run: write each image's outputs here at the image's own size, "
+                             "named after it (NAME_mask.png of class ids and NAME_colour.png; NAME_depth.png in "
+                             "millimetres and NAME_depth_colour.png)")
     add_size_arguments(parser)
     add_budget_argument(parser)
 
@@ -67,10 +71,13 @@ def run(args):
     from keras_vit.tasks import run_task
 
     task = run_task(args.model)
+    if args.out and not hasattr(task, "write_outputs"):
+        raise UsageError(f"--out writes the per-pixel outputs of a segmentation or depth run; {args.model} is "
+                         f"{'a ' + task.name + ' run' if task else 'a classifier'}: drop --out.")
     if task is not None:  # a run of a Task whose model is not a classifier: its outputs, in its words
         predictions, failures = predict_task(args.model, task, args.images, batch_size=args.batch_size,
                                              recursive=args.recursive)
-        show = _task_lines(task, args.json)
+        show = _task_lines(task, args.json) if not args.out else _written(task, args.out)
     else:
         source, size = open_sized(args)
         predictions, failures = predict_files(
@@ -96,6 +103,24 @@ def _class_lines(as_json):
         print(prediction.path)
         for label, p in zip(prediction.labels, prediction.probabilities):
             print(f"  {p:7.4f}  {label}")
+
+    return show
+
+
+def _written(task, folder):
+    """(path, outputs) of a dense Task's run: its files at the image's own size in `folder`, a line each."""
+    import os
+
+    from keras_vit import images as images_lib
+
+    os.makedirs(folder, exist_ok=True)
+
+    def show(prediction):
+        path, outputs = prediction
+        height, width = images_lib.decode(path, 3).shape[:2]  # upright, as its EXIF orientation says
+        stem = os.path.join(folder, os.path.splitext(os.path.basename(path))[0])
+        written = task.write_outputs(outputs, stem, height, width)
+        print(f"{path}\n  {task.describe_outputs(outputs)}\n  -> {', '.join(written)} ({width}x{height})")
 
     return show
 

@@ -110,6 +110,22 @@ def plot_rollout(images, maps, path, titles=None, figsize=None, dpi=100, caption
     return _save(fig, path, dpi)
 
 
+def plot_panels(rows, path, dpi=100):
+    """A row per image of titled RGB panels (its input, then a Task's outputs drawn over it):
+    `rows` [[(title, pixels (H, W, 3) uint8), ...], ...]."""
+    plt = _pyplot()
+    columns = max(len(row) for row in rows)
+    fig, axes = plt.subplots(len(rows), columns, figsize=(2.2 * columns, 2.3 * len(rows)), squeeze=False)
+    for i, row in enumerate(rows):
+        for j in range(columns):
+            axes[i, j].axis("off")
+            if j < len(row):
+                axes[i, j].imshow(_display(row[j][1]))
+                axes[i, j].set_title(row[j][0], fontsize=8)
+    fig.subplots_adjust(left=0.02, right=0.98, bottom=0.02, top=0.92, wspace=0.05, hspace=0.25)
+    return _save(fig, path, dpi)
+
+
 def plot_attention_heads(image, maps, path, figsize=None, dpi=100):
     """A grid of overlays, one row per layer and one column per head.
 

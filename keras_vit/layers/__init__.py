@@ -2,6 +2,7 @@
 
 from keras_vit.layers.attention import MultiHeadSelfAttention
 from keras_vit.layers.class_token import ClassToken
+from keras_vit.layers.dense_heads import DPTHead, LinearHead, ResidualConvUnit
 from keras_vit.layers.encoder import Encoder
 from keras_vit.layers.feature_map import TokensToMap
 from keras_vit.layers.grid_resize import PadToMultiple
@@ -27,6 +28,9 @@ from keras_vit.layers.tokens import InsertTokens
 
 __all__ = [
     "AttentionPoolingHead",
+    "DPTHead",
+    "LinearHead",
+    "ResidualConvUnit",
     "NORMS",
     "RMSNorm",
     "make_norm",

@@ -29,14 +29,20 @@ class PatchGridModel(keras.Model):
     Args:
         vit: a keras_vit.ViT (its head, if any, is not used).
         head: a Keras layer on the token grid (its own output: a mask's logits, a depth map).
+        blocks: None: the head reads the encoder's output (after its final norm); a tuple of
+            block indices: the head reads a list of those blocks' grids, each through the final
+            norm, in the tuple's order (a block may be named twice): DPT's four.
     """
 
-    def __init__(self, vit: ViT, head: keras.layers.Layer, **kwargs):
+    def __init__(self, vit: ViT, head: keras.layers.Layer, blocks=None, **kwargs):
         super().__init__(**kwargs)
         self.vit = vit
         self.head = head
+        self.blocks = None if blocks is None else tuple(int(b) for b in blocks)
         rows, cols = vit.grid_size
-        self.head.build((None, rows, cols, vit.config.hidden_size))
+        shape = (None, rows, cols, vit.config.hidden_size)
+        if not self.head.built:  # a head handed on (exported(), quantize) is built already
+            self.head.build(shape if self.blocks is None else [shape] * len(self.blocks))
         for unused in weight_parts.layers_in(vit, (weight_parts.READOUT, weight_parts.CLASSIFIER)):
             unused.trainable = False
         self.built = True
@@ -54,8 +60,15 @@ class PatchGridModel(keras.Model):
         rows, cols = vit.grid_size
         return keras.ops.reshape(tokens[:, vit.num_prefix_tokens:], (-1, rows, cols, vit.config.hidden_size))
 
+    def block_grids(self, images, training=False):
+        """The grids of `blocks` (B, rows, cols, D) each, through the encoder's final norm."""
+        chosen = sorted(set(self.blocks))
+        grids = dict(zip(chosen, self.vit.forward_intermediates(images, chosen, norm=True, training=training)))
+        return [grids[b] for b in self.blocks]
+
     def call(self, images, training=False):
-        return self.head(self.patch_grid(images, training=training), training=training)
+        grids = self.patch_grid(images, training) if self.blocks is None else self.block_grids(images, training)
+        return self.head(grids, training=training)
 
     def exported(self) -> "PatchGridModel":
         """What a run keeps (model.keras): a float32 copy, whatever precision trained it, with a
@@ -65,13 +78,14 @@ class PatchGridModel(keras.Model):
         try:
             copy = type(self).from_config(_float32(self.get_config()))
             copy.set_weights(self.get_weights())
-            return type(self)(merge_lora(copy.vit), copy.head, name=self.name)
+            return type(self)(merge_lora(copy.vit), copy.head, blocks=self.blocks, name=self.name)
         finally:
             keras.config.set_dtype_policy(previous)
 
     def get_config(self):
         return {**super().get_config(), "vit": keras.saving.serialize_keras_object(self.vit),
-                "head": keras.saving.serialize_keras_object(self.head)}
+                "head": keras.saving.serialize_keras_object(self.head),
+                **({"blocks": list(self.blocks)} if self.blocks is not None else {})}
 
     @classmethod
     def from_config(cls, config):

@@ -7,6 +7,9 @@ serves. The trainer, `keras-vit evaluate` and `keras-vit export` know only the
     PatchGridModel   a ViT's patch tokens as a grid, read by a Task's own head (keras_vit.model.patch_grid)
     classification   ClassificationTask: softmax cross-entropy over the ViT's head
     masked_patch     MaskedPatchTask: self-supervised masked patch prediction
+    image_text       ImageTextTask: SigLIP's and CLIP's contrastive losses on captions
+    segmentation     SegmentationTask: a class per pixel (mIoU), under a linear or DPT head (dense.py)
+    depth            DepthTask: metres per pixel (AbsRel, RMSE, delta1), the same heads
 
 To add an objective, subclass Task (set `name` and `fields`, override
 `build_model` to add its own head and `compute_loss` its own loss), and pass an
@@ -26,10 +29,13 @@ from keras_vit.tasks.base import ModelPlan, Task, across_replicas, build_task_mo
 from keras_vit.tasks.classification import ClassificationTask
 from keras_vit.tasks.masked_patch import MaskedPatchTask
 from keras_vit.tasks.image_text import ImageTextTask
+from keras_vit.tasks.segmentation import SegmentationTask
+from keras_vit.tasks.depth import DepthTask
 from keras_vit.model.patch_grid import PatchGridModel  # the model of a Task with its own head
 from keras_vit.tasks.metrics import top_k_hits
 
-TASKS = {task.name: task for task in (ClassificationTask, MaskedPatchTask, ImageTextTask)}
+TASKS = {task.name: task for task in (ClassificationTask, MaskedPatchTask, ImageTextTask, SegmentationTask,
+                                      DepthTask)}
 
 # A recipe that trains something other than classification names its task
 # here; an explicit --task other than the default "classification" wins.
@@ -102,5 +108,6 @@ def task_name(task: Task) -> str:
     return f"{type(task).__module__}:{type(task).__qualname__}"
 
 
-__all__ = ["RECIPE_TASKS", "TASKS", "ClassificationTask", "ImageTextTask", "MaskedPatchTask", "ModelPlan", "PatchGridModel", "Task",
+__all__ = ["RECIPE_TASKS", "TASKS", "ClassificationTask", "DepthTask", "ImageTextTask", "MaskedPatchTask", "ModelPlan",
+           "PatchGridModel", "SegmentationTask", "Task",
            "across_replicas", "build_task_model", "make_task", "run_task", "task_class", "task_name", "top_k_hits"]

@@ -161,8 +161,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     run.add_argument("--fewshot-l2", type=float, help="(default: %(default)s)")
     run.add_argument("--fewshot-pool", type=positive_int, help="(default: %(default)s)")
     run.add_argument("--task",
-                     help="what is learned: classification | masked_patch (keras_vit.tasks.TASKS; "
-                          "default: %(default)s, or the recipe's task: --recipe masked_patch picks masked_patch)")
+                     help="what is learned: classification | segmentation | depth | masked_patch | image_text "
+                          "(keras_vit.tasks.TASKS; default: %(default)s, or the recipe's task: --recipe "
+                          "masked_patch picks masked_patch, siglip and clip image_text)")
+    dense = parser.add_argument_group("segmentation and depth (--task segmentation | depth)")
+    dense.add_argument("--head", choices=("linear", "dpt"),
+                       help="linear: one linear map of the last block's patch tokens, upsampled (DINOv2's and "
+                            "DINOv3's probe); dpt: DPT's decoder on four blocks (default: %(default)s)")
+    dense.add_argument("--freeze-backbone", action="store_true",
+                       help="train the head alone (with --head linear: the linear probe)")
+    dense.add_argument("--depth-loss", choices=("silog", "l1"),
+                       help="silog: the scale-invariant log loss; l1: metres (default: %(default)s)")
     run.add_argument("--no-progress", dest="progress", action="store_false",
                      help="no progress bars (for logs and CI); what runs and the evaluations are still printed")
     lora = parser.add_argument_group("LoRA: train low-rank updates and the head, the rest as --weights gave it")

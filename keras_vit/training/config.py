@@ -438,6 +438,11 @@ class TrainConfig:
     fewshot_l2: float = 1.0
     fewshot_pool: int = 10_000
     task: str = "classification"
+    # The per-pixel Tasks' (keras_vit.tasks.segmentation, depth): their head, whether the ViT trains,
+    # and depth's loss.
+    head: str = "linear"
+    freeze_backbone: bool = False
+    depth_loss: str = "silog"
     progress: bool = True
     # Data checks (keras_vit.training.data): undecodable files are left out
     # with a warning unless strict_data; empty class folders are an error

@@ -75,8 +75,10 @@ class Report:
             counts = parameter_counts(model)
             params, total = counts["trainable"], counts["total"]
             counted = f"{params:,} parameters" if params == total else f"{params:,} of {total:,} parameters train"
+            # Classes where the Task has them (labels, masks); a depth or image-text run has none.
+            classes = f"{plan.num_classes} classes, " if {"label", "mask"} & set(plan.task.fields) else ""
             print(f"keras-vit train: {model.name} ({counted}) at {plan.image_size}, "
-                  f"recipe {plan.recipe.name}, {source.name} ({plan.num_classes} classes, "
+                  f"recipe {plan.recipe.name}, {source.name} ({classes}"
                   f"{source.sizes}), {type(strategy).__name__} x{plan.num_replicas}, "
                   f"batch {plan.global_batch} (accum {plan.accum_steps}), {plan.precision}"
                   + (f", resuming at step {step}" if step else ""), flush=True)

@@ -94,5 +94,9 @@ def open_source(config, dataset=None, shard=(0, 1), fields=None) -> Source:
         from keras_vit.training.sources.captions import captions_source
 
         return captions_source(config, os.path.expanduser(arg), fields or {})
-    raise UserError(f"Unknown dataset {spec!r}: use mnist5k, tfds:NAME, folder:PATH, list:FILE, tfrecord:DIR or "
-                    f"captions:FILE.")
+    if kind in ("masks", "depth") and arg:
+        from keras_vit.training.sources.maps import maps_source
+
+        return maps_source(config, kind, arg, fields or {})
+    raise UserError(f"Unknown dataset {spec!r}: use mnist5k, tfds:NAME, folder:PATH, list:FILE, tfrecord:DIR, "
+                    f"captions:FILE, masks:DIR or depth:DIR.")

@@ -157,12 +157,14 @@ def _path(value) -> str:
     return os.fsdecode(value.item() if isinstance(value, np.ndarray) else value)
 
 
-def _decoder(order, kinds, name, strict, problems, num_classes):
+def _decoder(order, kinds, name, strict, problems, num_classes, depth_png_scale=1.0):
     """(row of the columns in `order`) -> ({field: value}, ok): the image by keras_vit.images, each
     mask or depth file by read_map (the same size as its image; a mask's values class ids below
-    `num_classes` or IGNORE), text and labels as they are."""
+    `num_classes` or IGNORE; a depth map with a known pixel, a PNG's values times
+    `depth_png_scale`: 0.001 for millimetres), text and labels as they are."""
     maps = [i for i, f in enumerate(order) if f not in ("image", "label") and kinds[f].name in FILE_KINDS]
     masks = [kinds[order[i]].name == "mask" for i in maps]
+    depths = [kinds[order[i]].name == "depth" for i in maps]
 
     def read(image_path, *map_paths):
         # bytes in tf.data's graph; 0-d arrays where decode runs eagerly
@@ -170,9 +172,15 @@ def _decoder(order, kinds, name, strict, problems, num_classes):
         try:
             image = images_lib.decode(image_path, 3)
             values = [read_map(p) for p in map_paths]
-            for path, value, is_mask in zip(map_paths, values, masks):
+            for i, (path, is_depth) in enumerate(zip(map_paths, depths)):
+                if is_depth and not path.lower().endswith(".npy"):
+                    values[i] = values[i] * np.float32(depth_png_scale)
+            for path, value, is_mask, is_depth in zip(map_paths, values, masks, depths):
                 if is_mask:
                     check_classes(value, num_classes, path)
+                if is_depth and not (value > 0).any():
+                    raise ValueError(f"{path} has no pixel of known depth (every value is 0, which marks an "
+                                     f"unknown one): leave the pair out, or give its depths")
                 if value.shape != image.shape[:2]:
                     raise ValueError(f"{path} is {value.shape[1]}x{value.shape[0]} px and its image "
                                      f"{image.shape[1]}x{image.shape[0]} (read upright, by its EXIF orientation: "
