@@ -287,6 +287,7 @@ def test_a_dinov2_depth_run_with_a_dpt_head_trains_evaluates_and_exports(checkpo
     assert results["plan"]["task"] == "depth" and results["eval"]["rmse"] > 0
     figures = json.loads(_cli("evaluate", tmp_path / "run", f"depth:{scenes}", "--json").stdout)
     assert figures["abs_rel"] == pytest.approx(results["eval"]["abs_rel"], rel=1e-5)
+    assert figures["loss"] == pytest.approx(results["eval"]["loss"], rel=1e-5)  # the run's L1, read back
     _cli("predict", tmp_path / "run", scenes / "val" / "images" / "scene_00001.png", "--out", tmp_path / "out")
     depth = np.asarray(Image.open(tmp_path / "out" / "scene_00001_depth.png"))
     assert depth.shape == (40, 40) and depth.dtype == np.uint16 and depth.min() >= 1
@@ -362,3 +363,17 @@ def test_lora_adapts_the_backbone_and_the_dpt_head_trains_whole():
     unmerged = SegmentationTask(head="dpt").build_model(ModelPlan(get_variant("Mu/4"), (16, 16), 3, 3))
     unmerged.set_weights([w for w, v in zip(model.get_weights(), model.weights) if "lora" not in v.path])
     assert np.abs(unmerged(x).numpy() - model(x).numpy()).max() > 1e-3  # the updates count
+
+
+def test_the_per_pixel_flags_are_refused_where_no_task_reads_them():
+    from keras_vit.tasks import make_task
+    from keras_vit.training import TrainConfig
+
+    config = TrainConfig.create("finetune", model="Mu/4", workdir="w")
+    with pytest.raises(UserError, match="head is for --task segmentation or depth; freeze_backbone is for "
+                                        "--task segmentation or depth, and this run's task is classification"):
+        make_task(config.replace(head="dpt", freeze_backbone=True))
+    with pytest.raises(UserError, match="depth_loss is for --task depth, and this run's task is segmentation"):
+        make_task(config.replace(task="segmentation", depth_loss="l1"))
+    task = make_task(config.replace(task="depth", head="dpt", depth_loss="l1", freeze_backbone=True))
+    assert (task.head, task.loss, task.freeze_backbone) == ("dpt", "l1", True)

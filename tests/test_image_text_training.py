@@ -316,3 +316,16 @@ def test_a_lora_siglip_run_with_layer_decay_keeps_the_checkpoint_where_it_does_n
         assert moved and all(k.endswith("/kernel") and ("query" in k or "value" in k) for k in moved), sorted(moved)
     x = np.random.default_rng(0).normal(size=(2, 32, 32, 3)).astype(np.float32)
     assert np.abs(model.logits(x, LABELS) - reference.logits(x, LABELS)).max() > 1e-4
+
+
+def test_the_numpy_methods_run_the_towers_compiled_and_keep_the_pixel_guard():
+    _, model = _lora_model(rank=0)
+    rng = np.random.default_rng(4)
+    x = rng.uniform(-1, 1, size=(5, 8, 8, 3)).astype(np.float32)
+    np.testing.assert_allclose(model.image_embeddings(x, batch_size=2), np.asarray(model.image_tower(x)), atol=1e-5)
+    tokens = model.tokenize(["the digit one", "two"])
+    eager = np.asarray(model.text_tower(tokens["token_ids"], tokens["token_mask"] if model.uses_token_mask else None))
+    np.testing.assert_allclose(model.text_embeddings(tokens), eager, atol=1e-5)
+    assert "image" in model.__dict__["_tower_calls"] and "text" in model.__dict__["_tower_calls"]
+    with pytest.raises(UserError, match="look like pixels"):
+        model.image_embeddings(np.full((1, 8, 8, 3), 200.0, np.float32))

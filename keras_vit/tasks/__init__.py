@@ -47,7 +47,23 @@ def make_task(config) -> Task:
     name = config.task
     if name == ClassificationTask.name:
         name = RECIPE_TASKS.get(config.recipe.name, name)
+    _check_dense_options(config, name)
     return task_class(name).from_train_config(config)
+
+
+def _check_dense_options(config, name: str) -> None:
+    """--head, --freeze-backbone and --depth-loss belong to the per-pixel Tasks: given to one of
+    ours that reads none of them, refused rather than ignored (a Task of your own may read them)."""
+    from keras_vit.utils import console
+
+    chosen = [f"{console.either(flag, field)} is for --task {' or '.join(readers)}" for flag, field, unset, readers in (
+        ("--head", "head", "linear", (SegmentationTask.name, DepthTask.name)),
+        ("--freeze-backbone", "freeze_backbone", False, (SegmentationTask.name, DepthTask.name)),
+        ("--depth-loss", "depth_loss", "silog", (DepthTask.name,)))
+        if getattr(config, field) != unset and name in TASKS and name not in readers]
+    if chosen:
+        raise UserError(f"{'; '.join(chosen)}, and this run's task is {name}: drop "
+                        f"{'it' if len(chosen) == 1 else 'them'}, or give the task.")
 
 
 def task_class(name: str):
@@ -85,7 +101,8 @@ def run_task(path) -> Optional[Task]:
     workdir = runs.workdir_of(path)
     if not runs.is_run_folder(workdir) or not storage.exists(storage.join(workdir, CONFIG_FILE)):
         return None
-    name = (runs.read_config(workdir).get("plan") or {}).get("task", ClassificationTask.name)
+    settings = runs.read_config(workdir)
+    name = (settings.get("plan") or {}).get("task", ClassificationTask.name)
     try:
         cls = task_class(name)
     except UserError:
@@ -93,7 +110,7 @@ def run_task(path) -> Optional[Task]:
     if cls.exports_classifier:
         return None
     try:
-        return cls()
+        return cls.for_run(settings)
     except TypeError as error:
         raise UserError(f"The run in {workdir} trained the Task {name}, which cannot be made without arguments "
                         f"({error}): give its constructor's arguments defaults, so that evaluate, predict and "

@@ -89,6 +89,13 @@ class Task:
         """The task as a TrainConfig asks for it (override to read recipe fields)."""
         return cls()
 
+    @classmethod
+    def for_run(cls, settings: Dict[str, Any]) -> "Task":
+        """The task again from a finished run's config.json (`settings`), for evaluate, predict and
+        export: by default made without arguments (a Task whose figures depend on its settings,
+        depth's loss, reads them here)."""
+        return cls()
+
     def build_model(self, plan) -> keras.Model:
         """The model this task trains, built for the run's plan (plan.model: the
         ViTConfig; plan.image_size, plan.num_classes, plan.num_channels); the

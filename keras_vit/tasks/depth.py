@@ -49,6 +49,11 @@ class DepthTask(DenseTask):
         task = super().from_train_config(config)
         return cls(task.head, task.freeze_backbone, config.depth_loss)
 
+    @classmethod
+    def for_run(cls, settings):
+        return cls(settings.get("head", "linear"), settings.get("freeze_backbone", False),
+                   settings.get("depth_loss", "silog"))
+
     def build_model(self, plan):
         return self.dense_model(plan, 1)
 

@@ -38,8 +38,7 @@ class SegmentationTask(DenseTask):
     fields = {"image": IMAGE, "mask": MASK}
 
     def build_model(self, plan):
-        self.num_classes = int(plan.num_classes)
-        return self.dense_model(plan, self.num_classes)
+        return self.dense_model(plan, int(plan.num_classes))
 
     def compute_loss(self, model, batch, training):
         loss, accuracy = pixel_cross_entropy(float32_outputs(model, batch["image"], training), batch["mask"])

@@ -46,8 +46,8 @@ def maps_source(config, kind: str, spec: str, fields):
     field = KINDS[kind][1]
     class_names = read_class_names(root) if kind == "masks" else None
     num_classes = _num_classes(config, name, class_names) if kind == "masks" else 1
-    splits = {split: (np.array([os.fsencode(i) for i, _ in pairs] or [b""][:0], dtype=bytes),
-                      np.array([os.fsencode(m) for _, m in pairs] or [b""][:0], dtype=bytes))
+    splits = {split: (np.array([os.fsencode(i) for i, _ in pairs], dtype=bytes),
+                      np.array([os.fsencode(m) for _, m in pairs], dtype=bytes))
               for split, pairs in (("train", train), ("eval", held))}
     order = ("image", field)
     decode = _decoder(order, fields, name, config.strict_data, problems, num_classes, DEPTH_PNG_METRES)
