@@ -61,8 +61,11 @@ class DepthTask(DenseTask):
         return float32_outputs(model, images, training)[..., 0]  # (B, H, W)
 
     def compute_loss(self, model, batch, training):
-        log_predicted = self._log_depth(model, batch["image"], training)
-        true = tf.cast(batch["depth"], tf.float32)
+        return self._losses(self._log_depth(model, batch["image"], training), batch["depth"])
+
+    def _losses(self, log_predicted, true):
+        """(each image's loss (B,), {"abs_rel": each image's AbsRel (B,)}) of a log-depth prediction."""
+        true = tf.cast(true, tf.float32)
         known = tf.cast(true > 0, tf.float32)
         count = tf.maximum(tf.reduce_sum(known, [1, 2]), 1.0)
         if self.loss == "silog":
@@ -76,8 +79,9 @@ class DepthTask(DenseTask):
         return loss, {"abs_rel": abs_rel}
 
     def weighted_sums(self, model, batch):
-        loss, _ = self.compute_loss(model, batch, training=False)
-        predicted = tf.exp(self._log_depth(model, batch["image"], False))
+        log_predicted = self._log_depth(model, batch["image"], False)  # one forward pass for loss and figures
+        loss, _ = self._losses(log_predicted, batch["depth"])
+        predicted = tf.exp(log_predicted)
         true = tf.cast(batch["depth"], tf.float32)
         weight = tf.cast(batch["weight"], tf.float32)
         known = tf.cast(true > 0, tf.float32) * weight[:, None, None]
