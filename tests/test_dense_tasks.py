@@ -56,6 +56,27 @@ def test_the_dpt_head_gives_every_pixel_and_round_trips():
         assert np.abs(head(moved).numpy() - out).max() > 1e-4
 
 
+@pytest.mark.parametrize("kind", ["linear", "dpt"])
+def test_a_head_answers_on_any_grid_in_a_graph_of_unknown_sizes(kind):
+    """What an export for any size runs: the head traced once with no sizes known, then given
+    grids of other sizes (odd and even sides), equals the same weights built for each size."""
+    rng = np.random.default_rng(2)
+    make = (lambda: LinearHead(3, 4)) if kind == "linear" else (lambda: DPTHead(3, 4, features=8))
+    head = make()
+    head.build([(None, 4, 4, 12)] * 4)
+    for w in head.weights:
+        w.assign(rng.normal(scale=0.3, size=w.shape))
+    traced = tf.function(head, input_signature=[[tf.TensorSpec((None, None, None, 12))] * 4])
+    for rows, cols in ((3, 5), (6, 4)):
+        grids = [rng.normal(size=(2, rows, cols, 12)).astype(np.float32) for _ in range(4)]
+        fixed = make()
+        fixed.build([g.shape for g in grids])
+        fixed.set_weights(head.get_weights())
+        want = fixed(grids).numpy()
+        assert want.shape == (2, rows * 4, cols * 4, 3)
+        np.testing.assert_allclose(traced(grids).numpy(), want, atol=1e-5)
+
+
 # --- losses and metrics ------------------------------------------------------------------
 
 class _Fixed:
@@ -181,6 +202,25 @@ def test_masks_and_depth_folders_in_each_layout(scenes, tmp_path, capsys):
         _source(f"masks:{scenes}", SegmentationTask(), num_classes=3)
 
 
+def test_a_masks_folder_on_another_filesystem_reads_as_a_local_one(scenes):
+    """masks:ram://... (TensorFlow's in-memory filesystem standing in for gs://): listed, split, its
+    classes.txt read and its pairs decoded through keras_vit.utils.storage, as the local folder."""
+    import uuid
+
+    from keras_vit.utils import storage
+
+    root = f"ram://scenes-{uuid.uuid4().hex}"
+    for path in sorted(scenes.rglob("*")):
+        if path.is_file():
+            storage.write_bytes(f"{root}/{path.relative_to(scenes).as_posix()}", path.read_bytes())
+    remote, local = (_source(f"masks:{where}", SegmentationTask()) for where in (root, scenes))
+    assert remote.sizes == local.sizes and remote.class_names == local.class_names
+    for (a, ok_a), (b, ok_b) in zip(_examples(remote), _examples(local)):
+        assert ok_a and ok_b
+        np.testing.assert_array_equal(a["mask"], b["mask"])
+        np.testing.assert_array_equal(a["image"], b["image"])
+
+
 def test_dirty_pairs_are_named_once_and_skipped(tmp_path, capsys):
     folder = tmp_path / "dirty"
     for sub in ("images", "masks", "depth"):
@@ -259,13 +299,17 @@ def test_a_dinov3_segmentation_run_evaluates_predicts_and_exports(checkpoints, s
     _cli("export", tmp_path / "run", "--formats", "saved_model,tflite", "--out", tmp_path / "exports")
     report = json.loads((tmp_path / "exports" / "report.json").read_text())
     assert report["passed"] and [a["format"] for a in report["artifacts"]] == ["saved_model", "tflite"]
-    # Served in a fresh process as TF Serving would: the mask at the image's size, padded in a batch of two.
+    assert report["any_size"]  # DINOv3's rotary positions: each image read at its own aspect ratio
+    assert report["artifacts"][1]["other_size"] == "40x36"  # the TFLite file checked at another grid too
+    # Served in a fresh process as TF Serving would: the mask at the image's size, padded in a batch of two,
+    # the same mask as predict's (both read the 2:1 image on a 2:1 grid); serving_default at another size.
     served = subprocess.run([sys.executable, "-c", _SERVE, str(tmp_path / "exports" / "run" / "1"), str(photo),
                              str(scenes / "val" / "images" / "scene_00000.png")], capture_output=True, text=True,
                             timeout=300)
     assert served.returncode == 0, served.stderr[-2000:]
-    sizes, first, second = json.loads(served.stdout.splitlines()[-1])
+    sizes, first, second, other = json.loads(served.stdout.splitlines()[-1])
     assert sizes == [[40, 80], [40, 40]] and first == mask.tolist()[0][:8] and second == IGNORE
+    assert other == [1, 48, 24]
 
 
 _SERVE = r'''
@@ -276,7 +320,8 @@ loaded = tf.saved_model.load(sys.argv[1])
 images = [open(p, "rb").read() for p in sys.argv[2:]]
 out = loaded.signatures["serving_bytes"](image_bytes=tf.constant(images))
 mask = out["mask"].numpy()
-print(json.dumps([out["image_size"].numpy().tolist(), mask[0, 0, :8].tolist(), int(mask[1, 0, 60])]))
+other = loaded.signatures["serving_default"](images=tf.zeros((1, 48, 24, 3)))["mask"].shape.as_list()
+print(json.dumps([out["image_size"].numpy().tolist(), mask[0, 0, :8].tolist(), int(mask[1, 0, 60]), other]))
 '''
 
 
@@ -291,8 +336,11 @@ def test_a_dinov2_depth_run_with_a_dpt_head_trains_evaluates_and_exports(checkpo
     _cli("predict", tmp_path / "run", scenes / "val" / "images" / "scene_00001.png", "--out", tmp_path / "out")
     depth = np.asarray(Image.open(tmp_path / "out" / "scene_00001_depth.png"))
     assert depth.shape == (40, 40) and depth.dtype == np.uint16 and depth.min() >= 1
-    _cli("export", tmp_path / "run", "--formats", "saved_model,tflite", "--out", tmp_path / "exports")
-    assert json.loads((tmp_path / "exports" / "report.json").read_text())["passed"]
+    # Learned positions, interpolated in the graph: any size where asked.
+    _cli("export", tmp_path / "run", "--formats", "saved_model,tflite", "--out", tmp_path / "exports",
+         "--dynamic-image-size")
+    report = json.loads((tmp_path / "exports" / "report.json").read_text())
+    assert report["passed"] and report["any_size"] and report["artifacts"][0]["other_size"] == "49x35"
 
 
 @pytest.mark.slow

@@ -59,8 +59,13 @@ def load_image(encoded, size, num_channels):
     keras_vit.images.load_image's pixels (decode, resize bilinear and
     antialiased, round), as float32 for the model.
     """
+    return resized_pixels(decode(encoded, num_channels), size)
+
+
+def resized_pixels(image, size):
+    """Decoded uint8 (H, W, C) -> load_image's float32 whole pixels at `size`."""
     # At the same size the resize is the identity to float precision; rounding makes it exact.
-    pixels = images_lib.resize(decode(encoded, num_channels), size)
+    pixels = images_lib.resize(image, size)
     return tf.round(tf.clip_by_value(pixels, 0.0, 255.0))
 
 
@@ -69,9 +74,13 @@ def load_image_naflex(encoded, patch_size, max_patches, num_channels):
     at its aspect ratio whose grid holds at most `max_patches` patches
     (keras_vit.model.naflex.naflex_size, the same search in float64 ops), as
     keras_vit.model.naflex.naflex_pixels gives `keras-vit predict`."""
+    return naflex_pixels(decode(encoded, num_channels), patch_size, max_patches)
+
+
+def naflex_pixels(image, patch_size, max_patches):
+    """Decoded uint8 (H, W, C) -> load_image_naflex's float32 whole pixels."""
     from keras_vit.model.naflex import bisect_size
 
-    image = decode(encoded, num_channels)
     shape = tf.cast(tf.shape(image)[:2], tf.float64)
     sides = bisect_size(shape[0], shape[1], patch_size, max_patches, tf.math.ceil, tf.maximum, tf.where,
                         number=lambda value: tf.constant(value, tf.float64))

@@ -153,7 +153,8 @@ def export(model_or_path, formats=None, out="exports", *, validation_data=None, 
         from keras_vit.export.task_export import export_task_run
 
         return export_task_run(model_or_path, task, formats, out, validation_data=validation_data, name=name,
-                               version=version, overwrite=overwrite, verbose=verbose)
+                               version=version, overwrite=overwrite, verbose=verbose,
+                               dynamic_image_size=dynamic_image_size)
     exporter = Exporter(formats, out, validation_data=validation_data, calibration_data=calibration_data,
                         version=version, top_k=top_k, num_validation=num_validation,
                         num_calibration=num_calibration, latency_runs=latency_runs, thresholds=thresholds,

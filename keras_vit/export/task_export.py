@@ -12,6 +12,10 @@ Images are scaled inside as the run trained (the ViT's pixel normalisation), and
 decodes and resizes as `keras-vit predict` does. A segmentation or depth run's serving_bytes
 answers at each image's own size (Task.at_size): a batch of sizes is padded to its largest
 (a mask with 255, probabilities and depth with 0) and `image_size` (B, 2) says each one's.
+A model for any size (`--dynamic-image-size`, and by default a run whose ViT has rotary
+positions: DINOv3) takes each image at its own aspect ratio within the run's number of patches
+(the NaFlex size rule) instead of squeezing it to the run's size, and its serving_default and
+TFLite take any height and width that are multiples of the patch size.
 Before it is installed, each artifact is loaded back and compared with Keras on the
 validation images: float outputs within 1e-4 of their scale, integer outputs
 (a mask's classes) equal on all but 0.1% of their values (a near-tie may fall either way).
@@ -34,8 +38,10 @@ TOLERANCE = 1e-4
 
 
 def export_task_run(path, task, formats=None, out="exports", *, validation_data=None, name=None,
-                    version: Optional[int] = None, overwrite: bool = False, verbose: bool = True) -> Dict:
-    """Exports the run at `path` (its model.keras) as the SavedModel of its `task`; returns the report."""
+                    version: Optional[int] = None, overwrite: bool = False, verbose: bool = True,
+                    dynamic_image_size: bool = False) -> Dict:
+    """Exports the run at `path` (its model.keras) as the SavedModel of its `task`; returns the report.
+    dynamic_image_size: the artifacts take any size (a run whose ViT has rotary positions always does)."""
     from keras_vit import runs
     from keras_vit.export import install as install_lib
     from keras_vit.export.source import _safe_name
@@ -48,7 +54,7 @@ def export_task_run(path, task, formats=None, out="exports", *, validation_data=
         raise UserError(f"{others}: the {task.name} task's model is not a classifier, and it exports as {kinds} "
                         f"(its outputs: Task.serving_outputs): give --formats {','.join(allowed)}.")
     replacing = install_lib.check_out(out, overwrite)
-    model = task_model(runs.load_model(path), "export")
+    model = _sized(task_model(runs.load_model(path), "export"), task, dynamic_image_size)
     name = _safe_name(name or os.path.basename(os.path.normpath(runs.workdir_of(path))))
     images = _validation_images(model, validation_data)
     staging, made = install_lib.make_staging(out)
@@ -65,7 +71,7 @@ def export_task_run(path, task, formats=None, out="exports", *, validation_data=
                          **_tflite(model, task, os.path.join(built, f"{name}.tflite"), images)})
         passed = all(row["passed"] for row in rows)
         report = {"task": task.name, "source": str(path), "name": name, "version": version,
-                  "replaced": replacing, "artifacts": rows, "passed": passed}
+                  "replaced": replacing, "any_size": bool(model.dynamic_image_size), "artifacts": rows, "passed": passed}
         with open(os.path.join(built, "report.json"), "w", encoding="utf-8") as f:
             json.dump(report, f, indent=2)
         if not passed:
@@ -80,6 +86,26 @@ def export_task_run(path, task, formats=None, out="exports", *, validation_data=
     return report
 
 
+def _sized(model, task, dynamic_image_size):
+    """The run's model as its artifacts take images: at any size where asked or where its ViT
+    has rotary positions (DINOv3: the same weights answer at every grid), else at the run's."""
+    if not (dynamic_image_size or model.rotary):
+        return model
+    if not hasattr(task, "at_size"):
+        if not dynamic_image_size:
+            return model
+        raise UserError(f"--dynamic-image-size: the {task.name} task's outputs do not resize with the image; "
+                        f"drop it (its artifacts take the run's size).")
+    return model.with_image_size(dynamic_image_size=True)
+
+
+def patch_budget(model) -> int:
+    """The patches a model for any size reads each image within: the run's grid's
+    (PatchGridModel.own_size_rule, here in TF ops: keras_vit.export.image_bytes.load_image_naflex)."""
+    rows, cols = model.vit.grid_size
+    return rows * cols
+
+
 def summary_line(report) -> str:
     """The export of a Task run in one line (what `keras-vit export --quiet` prints)."""
     lines = []
@@ -88,7 +114,10 @@ def summary_line(report) -> str:
         lines.append(f"{row['format']}: {row['path']} ({how} -> {', '.join(row['outputs'])}); agrees with Keras on "
                      f"{row['validation_images']} images (largest difference {row['max_abs_diff']:.2g})")
         if row.get("other_size"):
-            lines[-1] += f"; serving_bytes answers at the image's size ({row['other_size']})"
+            lines[-1] += (f"; serving_bytes answers at the image's size ({row['other_size']})" if row["format"] == FORMAT
+                          else f"; and at {row['other_size']}")
+        if report.get("any_size") and row["format"] == FORMAT:
+            lines[-1] += "; takes any size (each image at its own aspect ratio)"
     return "\n[export] ".join(lines)
 
 
@@ -115,24 +144,59 @@ def _write(model, task, path) -> None:
     from keras_vit.export import image_bytes as bytes_lib
 
     height, width, channels = model.input_size
+    any_size = model.dynamic_image_size
 
     def serve(images):
         return task.serve(model, images)
 
     def serve_bytes(image_bytes):
-        images = tf.map_fn(lambda encoded: bytes_lib.load_image(encoded, (height, width), channels), image_bytes,
-                           fn_output_signature=tf.TensorSpec((height, width, channels), tf.float32))
+        if any_size:
+            return at_own_aspect(model, task, image_bytes)
+
+        def load(encoded):  # each image decoded once: its pixels at the run's size, and its own size
+            image = bytes_lib.decode(encoded, channels)
+            return bytes_lib.resized_pixels(image, (height, width)), tf.shape(image)[:2]
+
+        images, sizes = tf.map_fn(load, image_bytes, fn_output_signature=(
+            tf.TensorSpec((height, width, channels), tf.float32), tf.TensorSpec((2,), tf.int32)))
         outputs = serve(images)
         if not hasattr(task, "at_size"):
             return outputs
-        sizes = tf.map_fn(lambda encoded: tf.shape(bytes_lib.decode(encoded, channels))[:2], image_bytes,
-                          fn_output_signature=tf.TensorSpec((2,), tf.int32))
         return {**at_image_sizes(task, outputs, sizes), "image_size": sizes}
 
+    side = (None, None) if any_size else (height, width)
     archive.write(path, {
-        "serving_default": (serve, [tf.TensorSpec((None, height, width, channels), tf.float32, name="images")]),
+        "serving_default": (serve, [tf.TensorSpec((None, *side, channels), tf.float32, name="images")]),
         "serving_bytes": (serve_bytes, [tf.TensorSpec((None,), tf.string, name="image_bytes")]),
     })
+
+
+def at_own_aspect(model, task, image_bytes):
+    """serving_bytes of a model for any size: each image run at its own aspect ratio within the
+    run's patches (one image at a time: their grids differ), its outputs brought to its own size
+    and padded to the batch's largest, as at_image_sizes pads them."""
+    import tensorflow as tf
+
+    from keras_vit.export import image_bytes as bytes_lib
+
+    channels, stride, budget = model.input_size[-1], model.vit.config.total_stride, patch_budget(model)
+    # Every image's (upright) size first: the padding needs the largest before any image is run.
+    # That decodes each image a second time, a small cost beside a ViT's forward pass.
+    sizes = tf.map_fn(lambda encoded: tf.shape(bytes_lib.decode(encoded, channels))[:2], image_bytes,
+                      fn_output_signature=tf.TensorSpec((2,), tf.int32))
+    tallest, widest = tf.reduce_max(sizes[:, 0]), tf.reduce_max(sizes[:, 1])
+
+    def one(args):
+        encoded, size = args
+        pixels = bytes_lib.load_image_naflex(encoded, stride, budget, channels)
+        own = task.at_size({k: v[0] for k, v in task.serve(model, pixels[None]).items()}, size[0], size[1])
+        return {key: tf.pad(value, [[0, tallest - size[0]], [0, widest - size[1]]] + [[0, 0]] * (value.shape.rank - 2),
+                            constant_values=tf.cast(task.padding[key], value.dtype)) for key, value in own.items()}
+
+    probe = task.serve(model, tf.zeros((1, stride, stride, channels)))
+    example = task.at_size({k: v[0] for k, v in probe.items()}, 1, 1)
+    signature = {k: tf.TensorSpec((None, None, *v.shape[2:]), v.dtype) for k, v in example.items()}
+    return {**tf.map_fn(one, (image_bytes, sizes), fn_output_signature=signature), "image_size": sizes}
 
 
 def at_image_sizes(task, outputs, sizes):
@@ -182,7 +246,8 @@ def _validate(model, task, path, images) -> Dict:
 
 def _other_size(model, task, loaded, image, problems) -> Dict:
     """serving_bytes on an image of another size and aspect: its outputs at that size, as Keras
-    gives them at the model's size resized by the Task (Task.at_size)."""
+    gives them at the model's size (or, for a model of any size, at the image's own aspect
+    ratio) resized by the Task (Task.at_size)."""
     import tensorflow as tf
     from PIL import Image
 
@@ -193,7 +258,11 @@ def _other_size(model, task, loaded, image, problems) -> Dict:
         (width * 3 // 2 + 1, height + 3)))
     encoded = _png(pixels.reshape(pixels.shape[0], pixels.shape[1], -1))
     served = loaded.signatures["serving_bytes"](image_bytes=tf.constant([encoded]))
-    resized = bytes_lib.load_image(tf.constant(encoded), (height, width), channels)
+    if model.dynamic_image_size:  # Keras at the image's own aspect ratio: another grid than the run's
+        resized = bytes_lib.load_image_naflex(tf.constant(encoded), model.vit.config.total_stride,
+                                              patch_budget(model), channels)
+    else:
+        resized = bytes_lib.load_image(tf.constant(encoded), (height, width), channels)
     keras_outputs = task.serve(model, resized[None])
     expected = task.at_size({k: v[0] for k, v in keras_outputs.items()}, pixels.shape[0], pixels.shape[1])
     where = f"serving_bytes of a {pixels.shape[1]}x{pixels.shape[0]} image"
@@ -214,8 +283,9 @@ def _tflite(model, task, path, images) -> Dict:
     height, width, channels = model.input_size
     # Through a SavedModel of one image's signature, as every TFLite export here is converted.
     with tempfile.TemporaryDirectory() as scratch:
+        side = (None, None) if model.dynamic_image_size else (height, width)
         archive.write(scratch, {"serving_default": (lambda images: task.serve(model, images),
-                                                    [tf.TensorSpec((1, height, width, channels), tf.float32,
+                                                    [tf.TensorSpec((1, *side, channels), tf.float32,
                                                                    name="images")])})
         content, _ = tflite.convert(scratch, "tflite")
     with open(path, "wb") as f:
@@ -229,8 +299,16 @@ def _tflite(model, task, path, images) -> Dict:
         problems.append(f"outputs {sorted(got)}, Keras {sorted(expected)}")
     for key in sorted(set(got) & set(expected)):
         largest = max(largest, _compare(key, got[key], expected[key], problems))
-    return {"passed": not problems, "problems": "; ".join(problems), "max_abs_diff": largest,
-            "outputs": sorted(expected), "validation_images": int(len(images))}
+    row = {"outputs": sorted(expected), "validation_images": int(len(images))}
+    if model.dynamic_image_size and not problems:  # and at another grid, one patch taller and two wider
+        stride = model.vit.config.total_stride
+        other = tf.image.resize(tf.constant(images[:1], tf.float32), (height + stride, width + 2 * stride)).numpy()
+        got, expected = runner(images=other), task.serve(model, tf.constant(other))
+        where = f"at {width + 2 * stride}x{height + stride}"
+        for key in expected:
+            largest = max(largest, _compare(f"{where}: {key}", got[key], np.asarray(expected[key]), problems))
+        row["other_size"] = f"{width + 2 * stride}x{height + stride}"
+    return {"passed": not problems, "problems": "; ".join(problems), "max_abs_diff": largest, **row}
 
 
 def _compare(where: str, got, expected, problems: list) -> float:

@@ -111,13 +111,10 @@ def _written(task, folder):
     """(path, outputs) of a dense Task's run: its files at the image's own size in `folder`, a line each."""
     import os
 
-    from keras_vit import images as images_lib
-
     os.makedirs(folder, exist_ok=True)
 
     def show(prediction):
-        path, outputs = prediction
-        height, width = images_lib.decode(path, 3).shape[:2]  # upright, as its EXIF orientation says
+        path, outputs, (height, width) = prediction  # the image's own size, upright as its EXIF says
         stem = os.path.join(folder, os.path.splitext(os.path.basename(path))[0])
         written = task.write_outputs(outputs, stem, height, width)
         print(f"{path}\n  {task.describe_outputs(outputs)}\n  -> {', '.join(written)} ({width}x{height})")
@@ -130,7 +127,7 @@ def _task_lines(task, as_json):
     import numpy as np
 
     def show(prediction):
-        path, outputs = prediction
+        path, outputs, _ = prediction
         if as_json:
             print(json.dumps({"path": path, **{k: np.asarray(v).tolist() for k, v in outputs.items()}}))
         else:

@@ -75,20 +75,39 @@ class Prediction:
 
 def predict_task(path, task, paths, batch_size=32, recursive=False):
     """The served outputs (Task.serving_outputs) of the run at `path` for image files and folders:
-    ([(file, {output: numpy value})] in input order, [(file, reason)] of files that failed). Each
-    image is resized to the run's size and scaled as it trained."""
+    ([(file, {output: numpy value}, (height, width) of the upright image)] in input order,
+    [(file, reason)] of files that failed). Each image is resized to the run's size and scaled as
+    it trained; a run whose ViT has rotary positions (DINOv3) reads each at its own aspect ratio
+    within the run's patches, as its exported serving_bytes does (PatchGridModel.own_size_rule)."""
     from keras_vit.model.patch_grid import task_model
 
     model = task_model(runs.load_model(path), "predict")
-    height, width, channels = model.input_size
+    *run_size, channels = model.input_size
+    read_size = model.own_size_rule() if model.rotary else (lambda height, width: tuple(run_size))
+    if model.rotary:
+        model = model.with_image_size(dynamic_image_size=True)
     files = find_images(paths, recursive=recursive)
     predictions, failures = [], []
     for start in range(0, len(files), batch_size):
-        pixels, read, failed = load_images(files[start:start + batch_size], (height, width), channels)
-        failures += failed
-        if read:
-            outputs = {k: np.asarray(v) for k, v in task.serve(model, pixels).items()}
-            predictions += [(file, {k: v[i] for k, v in outputs.items()}) for i, file in enumerate(read)]
+        pixels, read, sizes = [], [], []
+        for file in files[start:start + batch_size]:
+            own = []
+
+            def sized(height, width):  # the decoded image's own size, kept for its outputs
+                own.append((height, width))
+                return read_size(height, width)
+
+            image, _, failed = load_images([file], sized, channels)
+            failures += failed
+            if image:
+                pixels.append(image[0])
+                read.append(file)
+                sizes.append(own[0])
+        # Images at their own sizes run one by one (their grids differ); at the run's size, together.
+        groups = [[i] for i in range(len(read))] if model.rotary else [list(range(len(read)))] if read else []
+        for group in groups:
+            outputs = {k: np.asarray(v) for k, v in task.serve(model, np.stack([pixels[i] for i in group])).items()}
+            predictions += [(read[i], {k: v[j] for k, v in outputs.items()}, sizes[i]) for j, i in enumerate(group)]
     return predictions, failures
 
 

@@ -10,7 +10,8 @@ Both take the grids of chosen encoder blocks, each (B, rows, cols, D), and retur
   2x, 1x and 1/2x its size, fused from the coarsest up through residual convolution units,
   then convolved up to the pixels.
 
-Sizes are static: a head is built for one grid (a PatchGridModel's fixed image size).
+A head reads its sizes from the grids it is given, so one built for one grid answers on any
+other (a PatchGridModel of any image size: DINOv3's, exported for any size).
 """
 
 from __future__ import annotations
@@ -23,7 +24,20 @@ DPT_SCALES = (4, 2, 1, 0.5)
 
 
 def _resize(x, size):
-    return ops.image.resize(x, size, interpolation="bilinear")
+    if all(isinstance(side, int) for side in size):
+        return ops.image.resize(x, size, interpolation="bilinear")
+    # Sizes known only when the graph runs (a model for any image size): the TF backend alone
+    # traces such a graph (JAX and PyTorch see concrete shapes), and keras.ops.image.resize
+    # refuses a symbolic size; tf.image.resize is the op it calls with a known one.
+    import tensorflow as tf
+
+    return tf.image.resize(x, tf.stack(size), method="bilinear")
+
+
+def _grid_size(x):
+    """(rows, cols) of a (B, rows, cols, C) map: ints where known, tensors where not."""
+    shape = ops.shape(x)
+    return shape[1], shape[2]
 
 
 @keras.saving.register_keras_serializable(package="keras_vit")
@@ -38,12 +52,12 @@ class LinearHead(keras.layers.Layer):
     def build(self, input_shape):
         shape = input_shape[-1] if isinstance(input_shape, (list, tuple)) and isinstance(input_shape[0], (list, tuple)) \
             else input_shape
-        self.grid = (int(shape[1]), int(shape[2]))
         self.classifier.build(shape)
 
     def call(self, grids, training=False):
         grid = grids[-1] if isinstance(grids, (list, tuple)) else grids
-        return _resize(self.classifier(grid), (self.grid[0] * self.stride, self.grid[1] * self.stride))
+        rows, cols = _grid_size(grid)
+        return _resize(self.classifier(grid), (rows * self.stride, cols * self.stride))
 
     def get_config(self):
         return {**super().get_config(), "outputs": self.outputs, "stride": self.stride}
@@ -99,17 +113,17 @@ class DPTHead(keras.layers.Layer):
         self.head_out = keras.layers.Conv2D(self.outputs, 1, name="head_out", dtype=policy)
 
     def build(self, input_shape):
+        # The sublayers are built for the grid given here; call reads each size from its input.
         rows, cols, width = int(input_shape[0][1]), int(input_shape[0][2]), int(input_shape[0][3])
-        self.grid = (rows, cols)
         half = (-(-rows // 2), -(-cols // 2))
-        self.sizes = [(rows * 4, cols * 4), (rows * 2, cols * 2), (rows, cols), half]  # the reassembled grids
+        sizes = [(rows * 4, cols * 4), (rows * 2, cols * 2), (rows, cols), half]  # the reassembled grids
         f = self.features
         for i in range(4):
             self.project[i].build((None, rows, cols, width))
             if self.resample[i] is not None:
                 self.resample[i].build((None, rows, cols, f))
-            self.skip_units[i].build((None, *self.sizes[i], f))
-            self.units[i].build((None, *self.sizes[i], f))
+            self.skip_units[i].build((None, *sizes[i], f))
+            self.units[i].build((None, *sizes[i], f))
             self.fusion_out[i].build((None, None, None, f))
         finest = (rows * 8, cols * 8)
         self.head_conv.build((None, *finest, f))
@@ -128,10 +142,15 @@ class DPTHead(keras.layers.Layer):
             skip = self.skip_units[i](reassembled[i])
             x = skip if x is None else skip + x
             x = self.units[i](x)
-            target = self.sizes[i - 1] if i else (self.sizes[0][0] * 2, self.sizes[0][1] * 2)
+            if i:
+                target = _grid_size(reassembled[i - 1])
+            else:
+                finest = _grid_size(reassembled[0])
+                target = (finest[0] * 2, finest[1] * 2)
             x = self.fusion_out[i](_resize(x, target))
         x = self.head_conv(x)
-        x = _resize(x, (self.grid[0] * self.stride, self.grid[1] * self.stride))
+        rows, cols = _grid_size(grids[0])
+        x = _resize(x, (rows * self.stride, cols * self.stride))
         return self.head_out(ops.relu(self.head_hidden(x)))
 
     def get_config(self):

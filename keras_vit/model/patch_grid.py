@@ -57,8 +57,7 @@ class PatchGridModel(keras.Model):
         vit = self.vit
         tokens = vit.encoder(vit.embed(images, training=training), training=training,
                              **block_inputs(images, vit, training))
-        rows, cols = vit.grid_size
-        return keras.ops.reshape(tokens[:, vit.num_prefix_tokens:], (-1, rows, cols, vit.config.hidden_size))
+        return vit.feature_map_layer()(tokens, images)  # the images' own grid: any size where the ViT takes it
 
     def block_grids(self, images, training=False):
         """The grids of `blocks` (B, rows, cols, D) each, through the encoder's final norm."""
@@ -69,6 +68,32 @@ class PatchGridModel(keras.Model):
     def call(self, images, training=False):
         grids = self.patch_grid(images, training) if self.blocks is None else self.block_grids(images, training)
         return self.head(grids, training=training)
+
+    @property
+    def dynamic_image_size(self) -> bool:
+        return self.vit.dynamic_image_size
+
+    def with_image_size(self, dynamic_image_size=True) -> "PatchGridModel":
+        """The same model taking any height and width that are multiples of the patch size (its
+        ViT's `with_image_size(dynamic_image_size=True)`: position weights interpolated in the
+        graph, DINOv3's rotary embedding as it is), under the same head; `self` when it does."""
+        vit = self.vit.with_image_size(dynamic_image_size=dynamic_image_size)
+        return self if vit is self.vit else type(self)(vit, self.head, blocks=self.blocks, name=self.name)
+
+    @property
+    def rotary(self) -> bool:
+        """Whether its ViT places tokens by rotary positions (DINOv3): the same weights answer at
+        every grid, so its run is read and served at each image's own aspect ratio."""
+        return self.vit.config.position_embedding == "rope"
+
+    def own_size_rule(self):
+        """(H, W) -> the size a model for any size reads such an image at: its own aspect ratio
+        within the run's number of patches (the NaFlex rule, keras_vit.model.naflex.naflex_size)."""
+        from keras_vit.model.naflex import naflex_size
+
+        rows, cols = self.vit.grid_size
+        stride = self.vit.config.total_stride
+        return lambda height, width: naflex_size(height, width, stride, rows * cols)
 
     def exported(self) -> "PatchGridModel":
         """What a run keeps (model.keras): a float32 copy, whatever precision trained it, with a

@@ -6,7 +6,8 @@
     DIR/depth/NAME.png    or its depth: a 16-bit PNG in millimetres, or NAME.npy in metres; 0 unknown
     DIR/classes.txt       optional: one class name a line (their count is the number of classes)
 
-DIR may instead hold train/ and val/, each with images/ and masks/ (or depth/); without val/,
+DIR may be local or on any filesystem keras_vit.utils.storage reads (gs://, ram://). DIR may
+instead hold train/ and val/, each with images/ and masks/ (or depth/); without val/,
 every 10th pair is held out for evaluation. `masks:TRAIN,EVAL` names the evaluation folder, read
 whole (what `keras-vit evaluate` asks for). An image without its map is named once and left out;
 a map of another size, a class id the run does not have, a depth map without a known pixel are
@@ -24,6 +25,7 @@ from keras_vit.errors import UserError
 from keras_vit.images import IMAGE_EXTENSIONS
 from keras_vit.training.sources.fielded import _decoder
 from keras_vit.training.sources.source import HELD_OUT_EVERY, DecodeProblems, table_source
+from keras_vit.utils import storage
 from keras_vit.utils.console import warn
 
 # kind of data -> (its maps' folder, the field, the extensions a map may have, in the order tried)
@@ -58,19 +60,19 @@ def maps_source(config, kind: str, spec: str, fields):
 
 def _splits(root: str, kind: str) -> Tuple[List[tuple], Optional[List[tuple]]]:
     """(training pairs, evaluation pairs or None: hold out a share) of a folder."""
-    if not os.path.isdir(root):
+    if not storage.isdir(root):
         raise UserError(f"{kind}:{root} is not a folder: give a folder with images/ and {KINDS[kind][0]}/ "
                         f"(or train/ and val/ sub-folders, each with both).")
-    if os.path.isdir(os.path.join(root, "train")):
-        val = os.path.join(root, "val")
-        return pairs_in(os.path.join(root, "train"), kind), (pairs_in(val, kind) if os.path.isdir(val) else None)
+    if storage.isdir(storage.join(root, "train")):
+        val = storage.join(root, "val")
+        return pairs_in(storage.join(root, "train"), kind), (pairs_in(val, kind) if storage.isdir(val) else None)
     return pairs_in(root, kind), None
 
 
 def _whole(root: str, kind: str) -> List[tuple]:
     """Every pair of an evaluation folder: its val/ where it is split, else all of it."""
-    if os.path.isdir(os.path.join(root, "val")):
-        return pairs_in(os.path.join(root, "val"), kind)
+    if storage.isdir(storage.join(root, "val")):
+        return pairs_in(storage.join(root, "val"), kind)
     return _splits(root, kind)[0]
 
 
@@ -78,24 +80,24 @@ def pairs_in(folder: str, kind: str) -> List[tuple]:
     """[(image path, map path)] of folder/images and folder/<maps>, by file stem, sorted; an image
     without a map is named in one warning and left out."""
     maps_folder, _, extensions = KINDS[kind]
-    images_dir, maps_dir = os.path.join(folder, "images"), os.path.join(folder, maps_folder)
+    images_dir, maps_dir = storage.join(folder, "images"), storage.join(folder, maps_folder)
     for needed in (images_dir, maps_dir):
-        if not os.path.isdir(needed):
+        if not storage.isdir(needed):
             raise UserError(f"{folder} has no {os.path.basename(needed)}/ folder: a {kind}: folder holds images/ "
                             f"and {maps_folder}/ with the same file names (cat.jpg, cat.png), or train/ and val/ "
                             f"each holding both.")
     maps = {}
-    for entry in sorted(os.listdir(maps_dir)):
+    for entry in sorted(storage.listdir(maps_dir)):
         stem, extension = os.path.splitext(entry)
         if extension.lower() in extensions and stem not in maps:
-            maps[stem] = os.path.join(maps_dir, entry)
+            maps[stem] = storage.join(maps_dir, entry)
     pairs, missing = [], []
-    for entry in sorted(os.listdir(images_dir)):
+    for entry in sorted(storage.listdir(images_dir)):
         stem, extension = os.path.splitext(entry)
         if extension.lower() not in IMAGE_EXTENSIONS:
             continue
         if stem in maps:
-            pairs.append((os.path.join(images_dir, entry), maps[stem]))
+            pairs.append((storage.join(images_dir, entry), maps[stem]))
         else:
             missing.append(entry)
     if missing:
@@ -110,11 +112,10 @@ def pairs_in(folder: str, kind: str) -> List[tuple]:
 
 def read_class_names(root: str) -> Optional[List[str]]:
     """DIR/classes.txt's names, one a line (blank lines left out), or None without the file."""
-    path = os.path.join(root, CLASSES_FILE)
-    if not os.path.isfile(path):
+    path = storage.join(root, CLASSES_FILE)
+    if not storage.isfile(path):
         return None
-    with open(path, encoding="utf-8-sig") as f:
-        names = [line.strip() for line in f if line.strip()]
+    names = [line.strip() for line in storage.read_text(path).lstrip("\ufeff").splitlines() if line.strip()]
     if not names:
         raise UserError(f"{path} names no class: write one class name a line, in the order of their ids.")
     return names
