@@ -18,7 +18,7 @@ XDIST := -n $(WORKERS) --dist loadfile --no-loadscope-reorder
 # every comparison in the suite is between runs under the same setting.
 THREADS := TF_NUM_INTRAOP_THREADS=1 OMP_NUM_THREADS=1
 
-.PHONY: install test test-fast demo bench clean
+.PHONY: install test test-fast demo bench bench-check clean
 
 $(STAMP): setup.cfg pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -57,6 +57,12 @@ demo: $(STAMP)
 bench: $(STAMP)
 	$(PY) -m pip install --quiet -e ".[bench]"
 	$(PY) benchmarks/bench.py --quick
+
+# The speed guard, not part of `make test`: the trainer against Keras `fit` (of the same model and
+# of keras-hub's) and inference against keras-hub, paired per round; fails below 0.97x.
+bench-check: $(STAMP)
+	$(PY) -m pip install --quiet -e ".[bench]"
+	TF_CPP_MIN_LOG_LEVEL=2 $(PY) benchmarks/check.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info
