@@ -34,22 +34,13 @@ from bench_core import MatmulProbe, _parse_case, alternate, inference_runner  # 
 from bench_training import NUM_CLASSES, TrainerLoop, _fit_runner, trainer_config  # noqa: E402
 from fresh import machine  # noqa: E402
 
+from keras_vit.training.strategies import cpu_bfloat16_extensions  # noqa: E402
+
 HERE = os.path.dirname(os.path.abspath(__file__))
-BF16_FLAGS = ("avx512_bf16", "amx_bf16")
-
-
-def has_bf16() -> bool:
-    """Whether this CPU has bfloat16 instructions (AVX512-BF16 or AMX-BF16)."""
-    try:
-        with open("/proc/cpuinfo") as f:
-            flags = next(line for line in f if line.startswith("flags")).split()
-    except (OSError, StopIteration):
-        return False
-    return any(flag in flags for flag in BF16_FLAGS)
 
 
 def runners(variant, size, batch, steps, scratch, bf16):
-    """{name: (run, optimizer steps or images per call)} and the pairs to guard."""
+    """({name: a call to time}, [(ours, peer)] the pairs to guard)."""
     import numpy as np
 
     arrays = (np.random.RandomState(0).randint(0, 256, (4 * batch, size, size, 3)).astype("uint8"),
@@ -85,7 +76,7 @@ def main(argv=None) -> int:
     started = time.time()
     try:
         probe = MatmulProbe(["float32"])
-        found, pairs = runners(variant, size, args.batch, args.steps, scratch, has_bf16())
+        found, pairs = runners(variant, size, args.batch, args.steps, scratch, bool(cpu_bfloat16_extensions()))
         times = alternate(found, args.rounds, 1.0, probe, warmup=2)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)

@@ -16,6 +16,8 @@ TensorFlow's process also measures (keras_vit's trainer is tf.distribute's):
              does not go down; benchmarks/lora.py measures the CPU in fresh processes)
   int8       batch-1 and batch-N latency of keras_vit.quantize(model, "int8") against
              the bfloat16 model
+  trainer    keras_vit's own trainer (Trainer.run_loop on in-memory images, XLA) against Keras
+             `fit` of the same model, AdamW, both mixed_bfloat16: images/s and their ratio
 
 MFU: achieved FLOP/s over the device's dense bfloat16 peak (PEAK_BF16_TFLOPS, by device
 name; None for a device not in the table, a CPU among them). FLOPs per image: 2x the
@@ -160,9 +162,31 @@ def child(spec: dict) -> dict:
     if backend == "tensorflow":
         result["int8"] = _int8_latency(spec, model)
         del model  # the memory section measures from what is in use without it
+        result["trainer"] = _trainer_against_fit(spec)
         if device != "cpu":
             result["memory"] = [_training_memory(spec, rank) for rank in (0, spec["lora_rank"])]
     return result
+
+
+def _trainer_against_fit(spec, steps=2) -> dict:
+    """Images/s of keras_vit's trainer (`steps` optimizer steps per host call, in-memory images,
+    XLA) and of Keras `fit` of the same model (the same steps per call), mixed_bfloat16, AdamW."""
+    import numpy as np
+
+    from bench_training import TrainerLoop, _fit_runner, trainer_config
+
+    size, batch = spec["size"], spec["batch"]
+    arrays = (np.random.default_rng(0).integers(0, 256, (4 * batch, size, size, 3)).astype("uint8"),
+              np.arange(4 * batch) % 10)
+    with tempfile.TemporaryDirectory() as scratch:
+        config = trainer_config("unused", os.path.join(scratch, "run"), spec["model"], size, batch, "bfloat16", True,
+                                steps_per_loop=steps).replace(train_augment="none")
+        trainer = TrainerLoop(config, steps, dataset=arrays)
+        fit = _fit_runner("keras-vit", spec["model"], size, batch, "bfloat16", True, steps)
+        trainer_s, fit_s = _timed(trainer, spec["runs"]), _timed(fit, spec["runs"])
+        trainer.close()
+    return {"trainer_images_s": steps * batch / trainer_s, "fit_images_s": steps * batch / fit_s,
+            "trainer_vs_fit": fit_s / trainer_s}
 
 
 def _int8_latency(spec, model) -> dict:
@@ -210,6 +234,12 @@ def table(results: dict) -> str:
     lines += ["", "| TensorFlow | bfloat16 ms | int8 ms |", "|---|---:|---:|"]
     for name, row in tf_row["int8"].items():
         lines.append(f"| {name.replace('_', ' ')} | {row['bfloat16_ms']:.1f} | {row['int8_ms']:.1f} |")
+    if tf_row.get("trainer"):
+        row = tf_row["trainer"]
+        lines += ["", "| TensorFlow training step | images/s |", "|---|---:|",
+                  f"| keras_vit trainer (run_loop, XLA) | {row['trainer_images_s']:.1f} |",
+                  f"| Keras `fit`, same model | {row['fit_images_s']:.1f} |",
+                  f"| trainer / fit | {row['trainer_vs_fit']:.2f}x |"]
     if tf_row.get("memory"):
         lines += ["", "| TensorFlow training | trainable weights | step memory MiB | step s |", "|---|---:|---:|---:|"]
         for row in tf_row["memory"]:

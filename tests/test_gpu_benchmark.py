@@ -24,6 +24,9 @@ def test_the_reduced_gpu_benchmark_runs_every_section_on_every_backend(tmp_path)
         assert row["inference_images_s"] > 0 and row["training_images_s"] > 0
     latency = rows["tensorflow"]["int8"]
     assert set(latency) == {"batch_1", "batch_4"} and all(v > 0 for r in latency.values() for v in r.values())
+    trainer = rows["tensorflow"]["trainer"]  # keras_vit's trainer against fit of the same model
+    assert trainer["trainer_images_s"] > 0 and trainer["fit_images_s"] > 0
+    assert trainer["trainer_vs_fit"] == pytest.approx(trainer["trainer_images_s"] / trainer["fit_images_s"])
     assert "memory" not in rows["tensorflow"]  # accelerators only: a CPU process's high-water mark never falls
     table = (tmp_path / "results_gpu.md").read_text()
     assert "| jax | cpu |" in table and "| batch 1 |" in table

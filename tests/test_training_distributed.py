@@ -92,6 +92,10 @@ MIRRORED = {
                  "task": "tests.pixel_task:CentredTask"},
     "local": {"steps": 3, "batch_size": 16, "jit_compile": True, "learning_rate": 0.05,
               "task": "tests.pixel_task:LocalCentredTask"},
+    # #56: a per-pixel task (DINOv3 saved by transformers, depth under a DPT head, silog's per-image
+    # loss): each replica's maps, summed over both, train as one device's.
+    "depth": {"task": "depth", "head": "dpt", "weights": "@dinov3", "dataset": "@depths", "model": None, "steps": 3,
+              "batch_size": 8, "eval_batch_size": 8, "image_size": 32, "jit_compile": True, "learning_rate": 3e-3},
 }
 
 
@@ -99,8 +103,11 @@ MIRRORED = {
 def mirrored(tmp_path_factory):
     """{name: result} of each MIRRORED comparison; the plain one's mirrored run
     also counts the all-reduces that carry the gradients while it is traced."""
-    worker = _launch({"workdir": str(tmp_path_factory.mktemp("mirrored")), "logical_cpus": 2,
-                      "mirrored_vs_one_device": True, "comparisons": MIRRORED, "count_all_reduces": ["plain"]})
+    root = tmp_path_factory.mktemp("mirrored")
+    _write_scenes_and_dinov3(root)
+    comparisons = {name: _placed(overrides, root) for name, overrides in MIRRORED.items()}
+    worker = _launch({"workdir": str(root), "logical_cpus": 2,
+                      "mirrored_vs_one_device": True, "comparisons": comparisons, "count_all_reduces": ["plain"]})
     # Its comparisons run one after another, each a mirrored and a one-device run: each comparison
     # gets a run's time limit (one limit for all six timed out once under the other worker's load).
     worker.runs = len(MIRRORED)
@@ -140,6 +147,14 @@ def test_mirrored_lora_equals_one_device(mirrored):
     assert result["replicas"] == {"one_device": 1, "mirrored": 2} and result["steps"]["mirrored"] == 3
     assert result["max_weight_difference"] < 1e-5 * max(1.0, result["max_weight"]), result
     np.testing.assert_allclose(result["losses"]["one_device"], result["losses"]["mirrored"], rtol=1e-5)
+
+
+def test_a_dinov3_depth_run_on_two_replicas_equals_one_device(mirrored):
+    result = mirrored["depth"]
+    assert result["replicas"] == {"one_device": 1, "mirrored": 2} and result["steps"]["mirrored"] == 3
+    assert result["max_weight_difference"] < 1e-5 * max(1.0, result["max_weight"]), result
+    np.testing.assert_allclose(result["losses"]["one_device"], result["losses"]["mirrored"], rtol=1e-5)
+    assert abs(result["eval_loss"]["one_device"] - result["eval_loss"]["mirrored"]) < 1e-4
 
 
 def test_a_loss_over_every_replica_s_examples_trains_as_on_one_device(mirrored):
@@ -290,9 +305,11 @@ REFERENCES_AFTER = ["lora"]
 
 def _placed(overrides, root):
     """The overrides with "@chief" (a run's weights) the CHIEF_FIRST run's workdir under `root`, and
-    "@captions", "@scenes" (datasets) and "@dinov3" (weights) what `kill_9` writes there."""
+    "@captions", "@scenes", "@depths" (datasets) and "@dinov3" (weights) what `kill_9` (or `mirrored`)
+    writes there."""
     places = {"@chief": str(root / "chief"), "@captions": f"captions:{root / 'captions' / 'pairs.csv'}",
-              "@scenes": f"masks:{root / 'scenes'}", "@dinov3": str(root / "dinov3")}
+              "@scenes": f"masks:{root / 'scenes'}", "@depths": f"depth:{root / 'scenes'}",
+              "@dinov3": str(root / "dinov3")}
     return {k: places.get(v, v) if isinstance(v, str) else v for k, v in overrides.items()}
 
 
