@@ -221,6 +221,45 @@ def test_a_masks_folder_on_another_filesystem_reads_as_a_local_one(scenes):
         np.testing.assert_array_equal(a["image"], b["image"])
 
 
+def _records(path, rows):
+    """A tfrecord file of tf.train.Examples, each {feature name: bytes}."""
+    with tf.io.TFRecordWriter(str(path)) as writer:
+        for row in rows:
+            feature = {k: tf.train.Feature(bytes_list=tf.train.BytesList(value=[v])) for k, v in row.items()}
+            writer.write(tf.train.Example(features=tf.train.Features(feature=feature)).SerializeToString())
+
+
+def test_tfrecords_of_masks_and_depth_read_as_the_folders_do(scenes, tmp_path, capsys):
+    """tfrecord:DIR for the per-pixel tasks: masks under DeepLab's feature names (as its
+    build_voc2012_data.py writes them), depth maps under ours, each record decoded as the
+    masks:/depth: folder's files; a record without its map named by its image's digest."""
+    def read(split, kind):
+        folder = scenes / split
+        return [((folder / "images" / f.name).read_bytes(), f.read_bytes())
+                for f in sorted((folder / kind).iterdir())]
+
+    (tmp_path / "seg").mkdir()
+    (tmp_path / "seg" / "classes.txt").write_text((scenes / "classes.txt").read_text())
+    for split, out in (("train", "train-00000-of-00001.tfrecord"), ("val", "val-00000-of-00001.tfrecord")):
+        _records(tmp_path / "seg" / out, [{"image/encoded": i, "image/format": b"png", "image/segmentation/class/encoded": m,
+                                           "image/segmentation/class/format": b"png"} for i, m in read(split, "masks")])
+    (tmp_path / "depth").mkdir()
+    depth_rows = [{"image": i, "depth": m} for i, m in read("val", "depth")]
+    _records(tmp_path / "depth" / "train.tfrecord", [{"image": i, "depth": m} for i, m in read("train", "depth")])
+    _records(tmp_path / "depth" / "val.tfrecord", depth_rows + [{"image": depth_rows[0]["image"]}])
+    for kind, spec, task, field in (("masks", tmp_path / "seg", SegmentationTask(), "mask"),
+                                    ("depth", tmp_path / "depth", DepthTask(), "depth")):
+        records, folder = _source(f"tfrecord:{spec}", task), _source(f"{kind}:{scenes}", task)
+        assert records.num_classes == folder.num_classes and records.class_names == folder.class_names
+        got, want = _examples(records), _examples(folder)
+        assert [ok for _, ok in got] == [True] * len(want) + ([False] if kind == "depth" else [])
+        for (a, _), (b, _) in zip(got, want):
+            np.testing.assert_array_equal(a["image"], b["image"])
+            np.testing.assert_array_equal(a[field], b[field])
+    err = capsys.readouterr().err
+    assert "the depth of the record of tfrecord:" in err and "whose image's SHA-1 begins" in err and "is empty" in err
+
+
 def test_dirty_pairs_are_named_once_and_skipped(tmp_path, capsys):
     folder = tmp_path / "dirty"
     for sub in ("images", "masks", "depth"):

@@ -437,3 +437,11 @@ def test_a_failed_upload_keeps_the_remote_folder(ram, monkeypatch):
             _fill(folder, NEW)
     monkeypatch.undo()
     assert _read_tree(target) == OLD and storage.listdir(ram) == ["out"]
+
+
+def test_a_file_of_names_reads_alike_wherever_it_lies_and_however_it_was_saved(tmp_path, ram):
+    # Notepad's byte-order mark, Windows' line ends, a blank line and padding: the names alone.
+    content = "\ufeffcat\r\n  dog \r\n\r\nbird\n".encode("utf-8")
+    for root in (str(tmp_path), ram):
+        storage.write_bytes(storage.join(root, "classes.txt"), content)
+        assert storage.read_lines(storage.join(root, "classes.txt")) == ["cat", "dog", "bird"]

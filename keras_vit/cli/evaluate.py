@@ -102,7 +102,9 @@ def _zero_shot(args) -> int:
 
     _check_data_exists(args.data)
     if args.labels:
-        names = _read_names(args.labels)
+        from keras_vit.utils import storage
+
+        names = storage.read_lines(args.labels)
     else:
         names = DIGIT_WORDS if str(args.data).lower() == "mnist" else _class_names(args.data)
     if names is None:
@@ -129,11 +131,6 @@ def _zero_shot(args) -> int:
     else:
         _print(figures, f"{model.family} zero-shot")
     return 0
-
-
-def _read_names(path) -> List[str]:
-    with open(path, encoding="utf-8-sig") as f:
-        return [line.strip() for line in f if line.strip()]
 
 
 def _zero_shot_chunks(args, processor, chunk_size: int = 256):

@@ -41,8 +41,9 @@ def read_labels(labels, labels_file):
         return [label.strip() for label in labels.split(",")]
     if not os.path.isfile(labels_file):
         raise UsageError(f"--labels-file {labels_file}: no such file.")
-    with open(labels_file, encoding="utf-8-sig") as f:
-        return [line.strip() for line in f if line.strip()]
+    from keras_vit.utils import storage
+
+    return storage.read_lines(labels_file)
 
 
 def run(args):

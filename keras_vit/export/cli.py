@@ -136,8 +136,9 @@ def _image_text(args) -> int:
     labels = args.labels
     if labels is not None:
         if os.path.isfile(labels):
-            with open(labels, encoding="utf-8-sig") as f:
-                labels = [line.strip() for line in f if line.strip()]
+            from keras_vit.utils import storage
+
+            labels = storage.read_lines(labels)
         else:
             labels = labels.split(",")
     try:

@@ -218,6 +218,12 @@ def read_text(path: PathLike) -> str:
     return read_bytes(path).decode("utf-8").replace("\r\n", "\n").replace("\r", "\n")
 
 
+def read_lines(path: PathLike) -> List[str]:
+    """The non-blank lines of text file `path`, stripped, a UTF-8 byte-order mark dropped: a file of
+    names, one a line (classes.txt, labels.txt, --labels FILE)."""
+    return [line.strip() for line in read_text(path).lstrip("\ufeff").splitlines() if line.strip()]
+
+
 @contextlib.contextmanager
 def local_copy(path: PathLike) -> Iterator[str]:
     """A local path with the content of `path`, for readers that need one (Keras,

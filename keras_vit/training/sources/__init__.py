@@ -89,7 +89,7 @@ def open_source(config, dataset=None, shard=(0, 1), fields=None) -> Source:
             return fielded_list_source(config, arg, fields or {})
         return list_source(config, arg, shard)
     if kind == "tfrecord" and arg:
-        return tfrecord_source(config, arg)
+        return tfrecord_source(config, arg, fields)
     if kind == "captions" and arg:
         from keras_vit.training.sources.captions import captions_source
 

@@ -128,10 +128,17 @@ def read_map(path) -> np.ndarray:
     """A mask or depth file -> (H, W) float32: the stored values (class ids, depths). A one-channel
     image (PNG mode L, P, I or I;16: a palette mask's indices, a 16-bit depth map) or a .npy array
     (H, W) (never unpickled)."""
+    return map_from_bytes(storage.read_bytes(path))
+
+
+NPY_MAGIC = b"\x93NUMPY"  # how every .npy file begins
+
+
+def map_from_bytes(content: bytes) -> np.ndarray:
+    """read_map of a file's bytes (a .npy array told by its magic bytes, else an image)."""
     from PIL import Image
 
-    content = storage.read_bytes(path)
-    if path.lower().endswith(".npy"):
+    if content[:len(NPY_MAGIC)] == NPY_MAGIC:
         value = np.load(io.BytesIO(content), allow_pickle=False)
         value = value[..., 0] if value.ndim == 3 and value.shape[-1] == 1 else value
         if value.ndim != 2:
@@ -157,23 +164,45 @@ def _path(value) -> str:
     return os.fsdecode(value.item() if isinstance(value, np.ndarray) else value)
 
 
-def _decoder(order, kinds, name, strict, problems, num_classes, depth_png_scale=1.0):
+def _bytes(value) -> bytes:
+    return bytes(value.item() if isinstance(value, np.ndarray) else value)
+
+
+def _digest(value) -> str:
+    import hashlib
+
+    return hashlib.sha1(_bytes(value)).hexdigest()[:10]
+
+
+def _decoder(order, kinds, name, strict, problems, num_classes, depth_png_scale=1.0, encoded=False):
     """(row of the columns in `order`) -> ({field: value}, ok): the image by keras_vit.images, each
     mask or depth file by read_map (the same size as its image; a mask's values class ids below
-    `num_classes` or IGNORE; a depth map with a known pixel, a PNG's values times
-    `depth_png_scale`: 0.001 for millimetres), text and labels as they are."""
+    `num_classes` or IGNORE; a depth map with a known pixel, an image's values times
+    `depth_png_scale`: 0.001 for a PNG of millimetres), text and labels as they are. `encoded`:
+    the image and maps are the files' bytes (a record's), not their paths."""
     maps = [i for i, f in enumerate(order) if f not in ("image", "label") and kinds[f].name in FILE_KINDS]
     masks = [kinds[order[i]].name == "mask" for i in maps]
     depths = [kinds[order[i]].name == "depth" for i in maps]
 
-    def read(image_path, *map_paths):
+    def read(image_value, *map_columns):
         # bytes in tf.data's graph; 0-d arrays where decode runs eagerly
-        image_path, map_paths = _path(image_path), [_path(p) for p in map_paths]
+        if encoded:  # a record has no name: its image's digest tells it apart, epoch after epoch
+            image_path = f"the record of {name} whose image's SHA-1 begins {_digest(image_value)}"
+            contents = [_bytes(v) for v in map_columns]
+            map_paths = [f"the {order[i]} of {image_path}" for i in maps]
+        else:
+            image_path, map_paths = _path(image_value), [_path(p) for p in map_columns]
         try:
-            image = images_lib.decode(image_path, 3)
-            values = [read_map(p) for p in map_paths]
-            for i, (path, is_depth) in enumerate(zip(map_paths, depths)):
-                if is_depth and not path.lower().endswith(".npy"):
+            image = images_lib.decode(_bytes(image_value) if encoded else image_path, 3)
+            if not encoded:
+                contents = [storage.read_bytes(p) for p in map_paths]
+            for path, content, is_depth in zip(map_paths, contents, depths):
+                if not content:  # a record without the feature
+                    raise ValueError(f"{path} is empty: give each record its {'depth' if is_depth else 'mask'} "
+                                     f"as an encoded file (docs/dense-prediction.md, \"Data\")")
+            values = [map_from_bytes(c) for c in contents]
+            for i, (content, is_depth) in enumerate(zip(contents, depths)):
+                if is_depth and content[:len(NPY_MAGIC)] != NPY_MAGIC:  # an image's values: millimetres
                     values[i] = values[i] * np.float32(depth_png_scale)
             for path, value, is_mask, is_depth in zip(map_paths, values, masks, depths):
                 if is_mask:

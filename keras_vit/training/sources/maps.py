@@ -115,7 +115,7 @@ def read_class_names(root: str) -> Optional[List[str]]:
     path = storage.join(root, CLASSES_FILE)
     if not storage.isfile(path):
         return None
-    names = [line.strip() for line in storage.read_text(path).lstrip("\ufeff").splitlines() if line.strip()]
+    names = storage.read_lines(path)
     if not names:
         raise UserError(f"{path} names no class: write one class name a line, in the order of their ids.")
     return names

@@ -61,7 +61,13 @@ def _record_files_source(files: dict, parse, **fields) -> Source:
                   **fields)
 
 
-def tfrecord_source(config, root) -> Source:
+# A per-pixel Task's records: the image and its map as encoded files (a PNG of class ids; a 16-bit
+# PNG of millimetres or a .npy of metres), under these names or those of TensorFlow's DeepLab.
+IMAGE_FEATURES = ("image", "image/encoded")
+MAP_FEATURES = {"mask": ("mask", "image/segmentation/class/encoded"), "depth": ("depth",)}
+
+
+def tfrecord_source(config, root, fields=None) -> Source:
     train_files = sorted(storage.glob(storage.join(root, "train*.tfrecord*")))
     eval_files = []
     for name in EVAL_SPLIT_NAMES:
@@ -71,11 +77,14 @@ def tfrecord_source(config, root) -> Source:
     if not train_files or not eval_files:
         raise UserError(f"tfrecord:{root} needs train*.tfrecord* and one of "
                         f"{'/'.join(EVAL_SPLIT_NAMES)}*.tfrecord* files.")
+    per_pixel = next((field for field in MAP_FEATURES if field in (fields or {})), None)
+    if per_pixel:
+        return _map_records(config, root, train_files, eval_files, per_pixel, fields)
     num_classes = config.num_classes
     class_names = None
     labels_txt = storage.join(root, "labels.txt")
     if storage.exists(labels_txt):
-        class_names = [line.strip() for line in storage.read_text(labels_txt).splitlines() if line.strip()]
+        class_names = storage.read_lines(labels_txt)
     if num_classes is None and class_names:
         num_classes = len(class_names)
     if num_classes is None:
@@ -95,6 +104,40 @@ def tfrecord_source(config, root) -> Source:
         parse, name=name, num_classes=int(num_classes), num_channels=3, image_size=None, train_split="train",
         eval_split="eval", decode=pillow_decoder(3, False, name, config.strict_data, problems), problems=problems,
         class_names=class_names if class_names and len(class_names) == int(num_classes) else None)
+    source.sizes["eval"] = eval_size
+    return source
+
+
+def _map_records(config, root, train_files, eval_files, field, fields) -> Source:
+    """tfrecord:DIR for segmentation or depth: each record's image and its mask (or depth map),
+    decoded and checked as masks:/depth: folders' files are (keras_vit.training.sources.maps)."""
+    from keras_vit.training.sources.fielded import _decoder
+    from keras_vit.training.sources.maps import DEPTH_PNG_METRES, _num_classes, read_class_names
+
+    name, problems = f"tfrecord:{root}", DecodeProblems()
+    class_names = read_class_names(root) if field == "mask" else None  # DIR/classes.txt, as a masks: folder's
+    num_classes = _num_classes(config, name, class_names) if field == "mask" else 1
+    names = {"image": IMAGE_FEATURES, field: MAP_FEATURES[field]}
+    features = {key: tf.io.FixedLenFeature([], tf.string, default_value="") for keys in names.values() for key in keys}
+
+    def filled(example, keys):  # the first of `keys` the record fills ("" where none)
+        value = example[keys[-1]]
+        for key in reversed(keys[:-1]):
+            value = tf.where(tf.strings.length(example[key]) > 0, example[key], value)
+        return value
+
+    def parse(record):
+        example = tf.io.parse_single_example(record, features)
+        return filled(example, IMAGE_FEATURES), filled(example, MAP_FEATURES[field])
+
+    order = ("image", field)
+    decode = _decoder(order, fields, name, config.strict_data, problems, num_classes, DEPTH_PNG_METRES,
+                      encoded=True)
+    eval_size = int(tf.data.TFRecordDataset(eval_files).reduce(np.int64(0), lambda n, _: n + 1))
+    source = _record_files_source(
+        {"train": [(f, 0, -1, None) for f in train_files], "eval": [(f, 0, -1, None) for f in eval_files]},
+        parse, name=name, num_classes=num_classes, num_channels=3, image_size=None, train_split="train",
+        eval_split="eval", decode=decode, problems=problems, fields=order, class_names=class_names)
     source.sizes["eval"] = eval_size
     return source
 
