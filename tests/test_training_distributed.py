@@ -288,6 +288,11 @@ KILL_9 = {
                       "model": None, "steps": 6, "checkpoint_every": 3, "deterministic": True, "batch_size": 4,
                       "eval_batch_size": 4, "image_size": 32, "train_augment": "inception_crop_flip",
                       "learning_rate": 3e-3}, 4),
+    # Depth (#56) from the same DINOv3 under a linear head, silog's loss: the depth maps' crops and
+    # flips (pixels brought in unknown) and the head must resume too.
+    "depth": ({"task": "depth", "head": "linear", "weights": "@dinov3", "dataset": "@depths", "model": None,
+               "steps": 6, "checkpoint_every": 3, "deterministic": True, "batch_size": 4, "eval_batch_size": 4,
+               "image_size": 32, "train_augment": "inception_crop_flip", "learning_rate": 3e-3}, 4),
 }
 # The single-worker run that leaves a checkpoint for the chief of
 # test_workers_that_restore_different_steps_stop_with_one_line.
@@ -298,7 +303,7 @@ CHIEF_FIRST = {"steps": 2, "batch_size": 8, "checkpoint_every": 2}
 # (never its own run's: that one, and CHIEF_FIRST, are trained elsewhere).
 # The LoRA run's own process trains its base, "chief", before it starts; its uninterrupted
 # reference needs that base, so it is trained last, after the resumes (REFERENCES_AFTER).
-REFERENCES_BEFORE = {"plain": ["regularised"], "regularised": ["deit"], "deit": ["segmentation"],
+REFERENCES_BEFORE = {"plain": ["depth"], "depth": ["regularised"], "regularised": ["deit"], "deit": ["segmentation"],
                      "segmentation": ["image_text"], "image_text": ["plain"], "lora": ["chief"]}
 REFERENCES_AFTER = ["lora"]
 
@@ -432,6 +437,11 @@ def test_kill_9_and_resume_of_an_image_text_run_ends_bitwise_equal(kill_9):
 def test_kill_9_and_resume_of_a_dinov3_segmentation_run_ends_bitwise_equal(kill_9):
     resumed, straight = _kill_9_and_resume(kill_9, "segmentation")
     assert resumed["eval"] == straight["eval"] and 0.0 <= resumed["eval"]["mean_iou"] <= 1.0
+
+
+def test_kill_9_and_resume_of_a_dinov3_depth_run_ends_bitwise_equal(kill_9):
+    resumed, straight = _kill_9_and_resume(kill_9, "depth")
+    assert resumed["eval"] == straight["eval"] and resumed["eval"]["abs_rel"] > 0
 
 
 def test_workers_that_restore_different_steps_stop_with_one_line(kill_9, tmp_path):
