@@ -190,9 +190,9 @@ def at_own_aspect(model, task, image_bytes):
         encoded, size = args
         pixels = bytes_lib.load_image_naflex(encoded, stride, budget, channels)
         own = task.at_size({k: v[0] for k, v in task.serve(model, pixels[None]).items()}, size[0], size[1])
-        return {key: tf.pad(value, [[0, tallest - size[0]], [0, widest - size[1]]] + [[0, 0]] * (value.shape.rank - 2),
-                            constant_values=tf.cast(task.padding[key], value.dtype)) for key, value in own.items()}
+        return _padded(task, own, size, tallest, widest)
 
+    # One patch's outputs, traced for their ranks and dtypes alone (nothing reads them: never run).
     probe = task.serve(model, tf.zeros((1, stride, stride, channels)))
     example = task.at_size({k: v[0] for k, v in probe.items()}, 1, 1)
     signature = {k: tf.TensorSpec((None, None, *v.shape[2:]), v.dtype) for k, v in example.items()}
@@ -208,16 +208,19 @@ def at_image_sizes(task, outputs, sizes):
 
     def one(args):
         own, size = args
-        resized = task.at_size(own, size[0], size[1])
-        padded = {}
-        for key, value in resized.items():
-            pad = [[0, tallest - size[0]], [0, widest - size[1]]] + [[0, 0]] * (value.shape.rank - 2)
-            padded[key] = tf.pad(value, pad, constant_values=tf.cast(task.padding[key], value.dtype))
-        return padded
+        return _padded(task, task.at_size(own, size[0], size[1]), size, tallest, widest)
 
     example = task.at_size({k: v[0] for k, v in outputs.items()}, sizes[0, 0], sizes[0, 1])
     signature = {k: tf.TensorSpec((None, None, *v.shape[2:]), v.dtype) for k, v in example.items()}
     return tf.map_fn(one, (outputs, sizes), fn_output_signature=signature)
+
+
+def _padded(task, outputs, size, tallest, widest):
+    """One image's outputs at its own `size` padded to tallest x widest with the Task's values."""
+    import tensorflow as tf
+
+    return {key: tf.pad(value, [[0, tallest - size[0]], [0, widest - size[1]]] + [[0, 0]] * (value.shape.rank - 2),
+                        constant_values=tf.cast(task.padding[key], value.dtype)) for key, value in outputs.items()}
 
 
 def _validate(model, task, path, images) -> Dict:
