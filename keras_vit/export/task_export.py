@@ -89,21 +89,13 @@ def export_task_run(path, task, formats=None, out="exports", *, validation_data=
 def _sized(model, task, dynamic_image_size):
     """The run's model as its artifacts take images: at any size where asked or where its ViT
     has rotary positions (DINOv3: the same weights answer at every grid), else at the run's."""
-    if not (dynamic_image_size or model.rotary):
-        return model
-    if not hasattr(task, "at_size"):
-        if not dynamic_image_size:
-            return model
+    per_pixel = hasattr(task, "at_size")
+    if dynamic_image_size and not per_pixel:
         raise UserError(f"--dynamic-image-size: the {task.name} task's outputs do not resize with the image; "
                         f"drop it (its artifacts take the run's size).")
-    return model.with_image_size(dynamic_image_size=True)
-
-
-def patch_budget(model) -> int:
-    """The patches a model for any size reads each image within: the run's grid's
-    (PatchGridModel.own_size_rule, here in TF ops: keras_vit.export.image_bytes.load_image_naflex)."""
-    rows, cols = model.vit.grid_size
-    return rows * cols
+    if dynamic_image_size or (model.rotary and per_pixel):
+        return model.with_image_size(dynamic_image_size=True)
+    return model
 
 
 def summary_line(report) -> str:
@@ -179,7 +171,8 @@ def at_own_aspect(model, task, image_bytes):
 
     from keras_vit.export import image_bytes as bytes_lib
 
-    channels, stride, budget = model.input_size[-1], model.vit.config.total_stride, patch_budget(model)
+    # PatchGridModel.own_size_rule in TF ops (load_image_naflex): what predict reads, in the graph.
+    channels, stride, budget = model.input_size[-1], model.vit.config.total_stride, model.patch_budget
     # Every image's (upright) size first: the padding needs the largest before any image is run.
     # That decodes each image a second time, a small cost beside a ViT's forward pass.
     sizes = tf.map_fn(lambda encoded: tf.shape(bytes_lib.decode(encoded, channels))[:2], image_bytes,
@@ -263,7 +256,7 @@ def _other_size(model, task, loaded, image, problems) -> Dict:
     served = loaded.signatures["serving_bytes"](image_bytes=tf.constant([encoded]))
     if model.dynamic_image_size:  # Keras at the image's own aspect ratio: another grid than the run's
         resized = bytes_lib.load_image_naflex(tf.constant(encoded), model.vit.config.total_stride,
-                                              patch_budget(model), channels)
+                                              model.patch_budget, channels)
     else:
         resized = bytes_lib.load_image(tf.constant(encoded), (height, width), channels)
     keras_outputs = task.serve(model, resized[None])

@@ -91,9 +91,14 @@ class PatchGridModel(keras.Model):
         within the run's number of patches (the NaFlex rule, keras_vit.model.naflex.naflex_size)."""
         from keras_vit.model.naflex import naflex_size
 
+        stride, budget = self.vit.config.total_stride, self.patch_budget
+        return lambda height, width: naflex_size(height, width, stride, budget)
+
+    @property
+    def patch_budget(self) -> int:
+        """The patches a model for any size reads each image within: the run's grid's."""
         rows, cols = self.vit.grid_size
-        stride = self.vit.config.total_stride
-        return lambda height, width: naflex_size(height, width, stride, rows * cols)
+        return rows * cols
 
     def exported(self) -> "PatchGridModel":
         """What a run keeps (model.keras): a float32 copy, whatever precision trained it, with a

@@ -124,18 +124,13 @@ def _num_classes(config, name, splits, columns, classes):
     return int(config.num_classes)
 
 
-def read_map(path) -> np.ndarray:
-    """A mask or depth file -> (H, W) float32: the stored values (class ids, depths). A one-channel
-    image (PNG mode L, P, I or I;16: a palette mask's indices, a 16-bit depth map) or a .npy array
-    (H, W) (never unpickled)."""
-    return map_from_bytes(storage.read_bytes(path))
-
-
 NPY_MAGIC = b"\x93NUMPY"  # how every .npy file begins
 
 
 def map_from_bytes(content: bytes) -> np.ndarray:
-    """read_map of a file's bytes (a .npy array told by its magic bytes, else an image)."""
+    """A mask or depth file's bytes -> (H, W) float32: the stored values (class ids, depths). A
+    one-channel image (PNG mode L, P, I or I;16: a palette mask's indices, a 16-bit depth map) or
+    a .npy array (H, W), told by its magic bytes (never unpickled)."""
     from PIL import Image
 
     if content[:len(NPY_MAGIC)] == NPY_MAGIC:
@@ -176,7 +171,7 @@ def _digest(value) -> str:
 
 def _decoder(order, kinds, name, strict, problems, num_classes, depth_png_scale=1.0, encoded=False):
     """(row of the columns in `order`) -> ({field: value}, ok): the image by keras_vit.images, each
-    mask or depth file by read_map (the same size as its image; a mask's values class ids below
+    mask or depth file by map_from_bytes (the same size as its image; a mask's values class ids below
     `num_classes` or IGNORE; a depth map with a known pixel, an image's values times
     `depth_png_scale`: 0.001 for a PNG of millimetres), text and labels as they are. `encoded`:
     the image and maps are the files' bytes (a record's), not their paths."""
