@@ -131,8 +131,9 @@ class TrainerLoop:
         self.trainer = None
 
 
-def _fit_runner(impl, variant, size, batch, dtype, xla, steps):
-    """`fit` on one in-memory batch repeated (nothing waits on input), AdamW.
+def _fit_runner(impl, variant, size, batch, dtype, xla, steps, clip_norm=None):
+    """`fit` on one in-memory batch repeated (nothing waits on input), AdamW (clipping the
+    gradient to the global norm `clip_norm`, as the trainer's recipes do, where given).
 
     tf.data's autotuning is off for this dataset (it has nothing to tune):
     every `fit` call makes a fresh iterator, and with autotuning on, a 2-step
@@ -153,7 +154,7 @@ def _fit_runner(impl, variant, size, batch, dtype, xla, steps):
         logits = keras.layers.Dense(NUM_CLASSES, dtype="float32", name="head")(tokens[:, 0])
         model = keras.Model(images, logits)
     model.compile(
-        optimizer=keras.optimizers.AdamW(1e-4, weight_decay=1e-4),
+        optimizer=keras.optimizers.AdamW(1e-4, weight_decay=1e-4, global_clipnorm=clip_norm),
         loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
         jit_compile=xla,
     )

@@ -3,6 +3,10 @@
 import os
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+# Every run in the suite, and in the processes it starts, in float32 whatever the CPU: `--precision
+# auto` would train in bfloat16 on a CPU with AMX or AVX512-BF16 and in float32 elsewhere. The tests
+# of auto's choice take the variable away (tests/test_precision.py).
+os.environ["KERAS_VIT_PRECISION"] = "float32"
 
 import numpy as np
 import pytest

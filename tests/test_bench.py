@@ -206,7 +206,7 @@ def test_decompose_and_fused_ab_run_on_the_smallest_model(tmp_path):
 
 # --- the speed guard (make bench-check: benchmarks/check.py) -------------------------------------
 
-def _check_run(monkeypatch, tmp_path, seconds):
+def _check_run(monkeypatch, tmp_path, seconds, *extra):
     """benchmarks/check.py's main with runners that take `seconds` each on a stubbed clock."""
     import check
 
@@ -219,10 +219,11 @@ def _check_run(monkeypatch, tmp_path, seconds):
         return run
 
     pairs = [("train()", "keras-vit fit"), ("inference", "keras-hub inference")]
-    monkeypatch.setattr(check, "runners", lambda *args: ({k: runner(v) for k, v in seconds.items()}, pairs))
+    monkeypatch.setattr(check, "runners", lambda *args: ({k: (lambda v=v: runner(v)) for k, v in seconds.items()},
+                                                         pairs))
     monkeypatch.setattr(check, "MatmulProbe", lambda dtypes: StubProbe())
     results = tmp_path / "check.jsonl"
-    code = check.main(["--rounds", "3", "--results", str(results)])
+    code = check.main(["--rounds", "3", "--results", str(results), *extra])
     return code, [json.loads(line) for line in results.read_text().splitlines()]
 
 
@@ -237,20 +238,8 @@ def test_the_speed_guard_fails_below_its_floor_and_keeps_a_row(monkeypatch, tmp_
     assert code == 1 and rows[-1]["paired"]["train() / keras-vit fit"] == pytest.approx(1 / 1.04)
     assert "bench-check: train() / keras-vit fit below 0.97x" in err and "inference /" not in err
     assert "docs/benchmarks.md row: |" in out
-
-
-def test_a_float32_run_on_a_cpu_with_bfloat16_instructions_says_so(tmp_path, monkeypatch):
-    from keras_vit.training import strategies
-
-    cpuinfo = tmp_path / "cpuinfo"
-    cpuinfo.write_text("processor\t: 0\nflags\t\t: fpu avx2 avx512f avx512_bf16 amx_tile amx_bf16\n")
-    assert strategies.cpu_bfloat16_extensions(str(cpuinfo)) == ["AMX-BF16", "AVX512-BF16"]
-    cpuinfo.write_text("processor\t: 0\nflags\t\t: fpu avx2 avx512f\n")
-    assert strategies.cpu_bfloat16_extensions(str(cpuinfo)) == []
-    assert strategies.cpu_bfloat16_extensions(str(tmp_path / "absent")) == []
-    monkeypatch.setattr(strategies, "cpu_bfloat16_extensions", lambda: ["AVX512-BF16"])
-    note = strategies.precision_note("float32")
-    assert note.startswith("precision float32; this CPU has AVX512-BF16: --precision mixed_bfloat16")
-    assert strategies.precision_note("mixed_bfloat16") is None
-    monkeypatch.setattr(strategies, "cpu_bfloat16_extensions", lambda: [])
-    assert strategies.precision_note("float32") is None
+    # --only: the pairs named, and only their contenders built and timed.
+    code, rows = _check_run(monkeypatch, tmp_path, {"train()": 1.0, "keras-vit fit": 1.01, "inference": 1.0,
+                                                    "keras-hub inference": 0.5}, "--only", "fit")
+    assert code == 0 and rows[-1]["paired"] == {"train() / keras-vit fit": pytest.approx(1.01)}
+    assert set(rows[-1]["seconds_per_call"]) == {"train()", "keras-vit fit"}

@@ -177,7 +177,8 @@ def _task_run(args, task) -> int:
     run_plan = settings.pop("plan")
     config = TrainConfig.from_dict(settings).replace(  # the run's size and classes, whatever the data's
         dataset=_whole_data(args.data), eval_batch_size=args.batch_size, progress=False,
-        image_size=tuple(run_plan["image_size"]), num_classes=int(run_plan["num_classes"]))
+        image_size=tuple(run_plan["image_size"]), num_classes=int(run_plan["num_classes"]),
+        precision=run_plan.get("precision", "float32"))
     source = data_lib.open_source(config, fields=task.fields)
     plan = plan_lib.resolve(config, source, task=task, model=ViTConfig.from_dict(run_plan["model"]))
     plan = dataclasses.replace(plan, num_channels=int(run_plan["num_channels"]))

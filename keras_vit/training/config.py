@@ -31,7 +31,8 @@ from keras_vit.errors import UserError
 OPTIMIZERS = ("sgd", "adam", "adamw")
 SCHEDULES = ("cosine", "linear", "constant")
 AUGMENTATIONS = ("inception_crop_flip", "inception_crop", "flip", "affine", "translate", "none")
-PRECISIONS = ("float32", "mixed_bfloat16", "mixed_float16")
+CONCRETE_PRECISIONS = ("float32", "mixed_bfloat16", "mixed_float16")
+PRECISIONS = ("auto",) + CONCRETE_PRECISIONS  # auto: the machine's faster one (training.strategies.machine_precision)
 LOSSES = ("softmax", "sigmoid")
 STRATEGIES = ("auto", "default", "one_device", "mirrored", "multi_worker", "tpu")
 
@@ -356,8 +357,14 @@ class TrainConfig:
         strategy: "auto", "default", "one_device", "mirrored",
             "multi_worker" (reads TF_CONFIG) or "tpu".
         tpu: TPU name or address for TPUClusterResolver ("" = local/env).
-        precision: "float32", "mixed_bfloat16" or "mixed_float16" (dynamic
-            loss scaling through keras.optimizers.LossScaleOptimizer).
+        precision: "auto" (default), "float32", "mixed_bfloat16" or
+            "mixed_float16" (dynamic loss scaling through
+            keras.optimizers.LossScaleOptimizer). "auto" picks, for a new
+            run, mixed_bfloat16 where the machine computes in bfloat16 (a
+            TPU, a GPU of compute capability 8.0 or later, a CPU with AMX-BF16
+            or AVX512-BF16), else float32, and says which and why after the
+            plan; a resumed run keeps the precision it began with (config.json).
+            KERAS_VIT_PRECISION pins what "auto" picks on a machine.
         accum_steps: split each replica's batch into this many micro-batches
             whose gradients are summed before one optimizer step.
         jit_compile: XLA-compile the per-replica gradient computation. None
@@ -421,7 +428,7 @@ class TrainConfig:
     eval_split: Optional[str] = None
     strategy: str = "auto"
     tpu: Optional[str] = None
-    precision: str = "float32"
+    precision: str = "auto"
     accum_steps: int = 1
     jit_compile: Optional[bool] = None
     remat: bool = False

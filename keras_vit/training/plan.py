@@ -44,7 +44,7 @@ from keras_vit.config import DEFAULT_LORA_TARGETS, ViTConfig
 from keras_vit.errors import UserError
 from keras_vit.tasks import Task, make_task, task_class, task_name
 from keras_vit.tasks.fields import kind_names
-from keras_vit.training.config import AUG_LEVELS, RECIPES, Recipe, TrainConfig
+from keras_vit.training.config import AUG_LEVELS, CONCRETE_PRECISIONS, RECIPES, Recipe, TrainConfig
 from keras_vit.training.memory import estimate
 from keras_vit.training.sources.source import HELD_OUT_EVERY
 from keras_vit.variants import get_variant
@@ -94,6 +94,7 @@ class Plan:
     strategy: str  # the resolved name (keras_vit.training.strategies)
     shuffle: str  # how the training stream is shuffled: the source's Source.shuffle_kind
     warnings: Tuple[str, ...] = ()
+    precision_why: str = ""  # how --precision auto chose (resolve_precision); "" where it was given
     source: Any = dataclasses.field(default=None, compare=False)  # the data (plan_run's; not in config.json)
     initial: Any = dataclasses.field(default=None, compare=False)  # the initial weights, or None (idem)
     distribution: Any = dataclasses.field(default=None, compare=False)  # the tf.distribute.Strategy (idem)
@@ -158,6 +159,9 @@ def plan_run(config: TrainConfig, task: Optional[Task] = None, dataset=None) -> 
     from keras_vit.training.transfer import resolve_weights
 
     distribution = strategies.make_strategy(config.strategy, config.tpu)
+    # Before XLA is resolved: the step compiler follows the precision.
+    config, precision_why = resolve_precision(config, on_tpu=strategies.resolve_name(config.strategy,
+                                                                                     config.tpu) == "tpu")
     name, num_replicas, jit_compile, shard, chief = strategies.describe_strategy(config, distribution)
     task = task or make_task(config)
     # A classifier on a transformers base is that family's image classifier (a new head:
@@ -166,7 +170,7 @@ def plan_run(config: TrainConfig, task: Optional[Task] = None, dataset=None) -> 
     model = model_config(config, initial, task)
     source = open_source(config, dataset, shard=shard, fields=task.fields)
     plan = _derive(config, source, initial, task, model, num_replicas, shard[1], jit_compile, name)
-    return dataclasses.replace(plan, distribution=distribution, chief=chief)
+    return dataclasses.replace(plan, distribution=distribution, chief=chief, precision_why=precision_why)
 
 
 def resolve(config: TrainConfig, source, initial=None, num_replicas: int = 1, num_input_pipelines: int = 1,
@@ -182,8 +186,30 @@ def resolve(config: TrainConfig, source, initial=None, num_replicas: int = 1, nu
     line naming the fix, on a bad combination."""
     task = _task(config, task)
     model = model or model_config(config, initial, task)
-    return _derive(config, source, initial, task, model, num_replicas, num_input_pipelines, jit_compile,
+    config, precision_why = resolve_precision(config, on_tpu=(strategy or config.strategy) == "tpu")
+    plan = _derive(config, source, initial, task, model, num_replicas, num_input_pipelines, jit_compile,
                    strategy or config.strategy)
+    return dataclasses.replace(plan, precision_why=precision_why)
+
+
+def resolve_precision(config: TrainConfig, on_tpu: bool = False) -> Tuple[TrainConfig, str]:
+    """(config with its precision resolved, how): "auto" is the precision the run in config.workdir
+    began with (config.json's plan), so that a run resumed on another machine keeps its numbers;
+    for a new run, the machine's faster one (keras_vit.training.strategies.machine_precision)."""
+    if config.precision != "auto":
+        return config, ""
+    from keras_vit import runs
+    from keras_vit.training import strategies
+
+    recorded = runs.read_config(config.workdir).get("plan")
+    recorded = recorded.get("precision") if isinstance(recorded, dict) else None
+    if recorded in CONCRETE_PRECISIONS:
+        here, why = strategies.machine_precision(on_tpu)
+        return (dataclasses.replace(config, precision=recorded),
+                "the run's own, as it began (config.json), so that it resumes exactly"
+                + ("" if here == recorded else f"; a new run here would take {here}: {why}"))
+    precision, why = strategies.machine_precision(on_tpu)
+    return dataclasses.replace(config, precision=precision), why
 
 
 def _derive(config, source, initial, task, model, num_replicas, num_input_pipelines, jit_compile, strategy) -> Plan:

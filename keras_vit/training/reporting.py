@@ -12,7 +12,6 @@ from keras_vit import runs
 from keras_vit.model.lora import parameter_counts
 from keras_vit.training import data as data_lib
 from keras_vit.training.evaluation import extract_features, few_shot_linear_eval
-from keras_vit.training.strategies import precision_note
 
 # TensorBoard's scalar format, written with TF alone: tf.summary.scalar needs
 # the tensorboard package, which is needed only to view the logs. TF's public
@@ -84,9 +83,8 @@ class Report:
                   f"batch {plan.global_batch} (accum {plan.accum_steps}), {plan.precision}"
                   + (f", resuming at step {step}" if step else ""), flush=True)
             print(f"keras-vit train: plan: {describe(plan)}", flush=True)
-            note = precision_note(plan.precision)
-            if note:
-                print(f"keras-vit train: {note}", flush=True)
+            if plan.precision_why:  # --precision auto: which, and why
+                print(f"keras-vit train: precision {plan.precision}: {plan.precision_why}", flush=True)
         self.bar = tqdm(total=plan.steps, initial=step, disable=not (chief and config.progress), unit="step",
                         dynamic_ncols=True, mininterval=1.0)
         self.writer = tf.summary.create_file_writer(runs.tensorboard_dir(config.workdir)) if chief else None

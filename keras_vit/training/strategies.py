@@ -15,10 +15,12 @@ from __future__ import annotations
 
 import json
 import os
+from typing import Tuple
 
 import tensorflow as tf
 
 from keras_vit.errors import UserError
+from keras_vit.training.config import CONCRETE_PRECISIONS
 
 
 def _cluster_size():
@@ -54,31 +56,60 @@ def resolve_jit_compile(config, strategy) -> bool:
     return not (config.precision == "mixed_bfloat16" and on_cpu_only)
 
 
-# The CPU flags (Linux's /proc/cpuinfo) of bfloat16 instructions, by the names vendors give them.
+# The CPU flags (Linux's /proc/cpuinfo) of bfloat16 instructions, by the names vendors give them, and the
+# lowest ONEDNN_MAX_CPU_ISA under which oneDNN still uses each (a lower cap leaves it unused).
 BFLOAT16_FLAGS = {"amx_bf16": "AMX-BF16", "avx512_bf16": "AVX512-BF16"}
+_ONEDNN_ISA_RANKS = ("SSE41", "AVX", "AVX2", "AVX2_VNNI", "AVX2_VNNI_2", "AVX512_CORE", "AVX512_CORE_VNNI",
+                     "AVX512_CORE_BF16", "AVX512_CORE_FP16", "AVX10_1_512", "AVX512_CORE_AMX",
+                     "AVX10_1_512_AMX", "AVX512_CORE_AMX_FP16", "AVX10_1_512_AMX_FP16", "AVX10_2_512",
+                     "AVX10_2_512_AMX_2")
+_LOWEST_ISA = {"AVX512-BF16": "AVX512_CORE_BF16", "AMX-BF16": "AVX512_CORE_AMX"}
+PRECISION_ENV = "KERAS_VIT_PRECISION"  # what --precision auto picks on this machine, where set
 
 
 def cpu_bfloat16_extensions(cpuinfo: str = "/proc/cpuinfo") -> list:
-    """The bfloat16 instructions this CPU has, by name ([] where none, or where the flags cannot be read)."""
+    """The bfloat16 instructions this CPU has and oneDNN may use, by name ([] where none, or where the
+    flags cannot be read)."""
     try:
         with open(cpuinfo, encoding="utf-8", errors="replace") as f:
             flags = next((line.split(":", 1)[1].split() for line in f if line.startswith("flags")), [])
     except OSError:
         return []
-    return [name for flag, name in BFLOAT16_FLAGS.items() if flag in flags]
+    cap = os.environ.get("ONEDNN_MAX_CPU_ISA", "").upper()
+    rank = _ONEDNN_ISA_RANKS.index(cap) if cap in _ONEDNN_ISA_RANKS else len(_ONEDNN_ISA_RANKS)
+    return [name for flag, name in BFLOAT16_FLAGS.items()
+            if flag in flags and rank >= _ONEDNN_ISA_RANKS.index(_LOWEST_ISA[name])]
 
 
-def precision_note(precision: str):
-    """A line for a float32 run on a CPU with bfloat16 instructions and no accelerator, where
-    mixed_bfloat16 trains much faster (docs/benchmarks.md, "bfloat16 on a CPU"); else None.
-    The default stays float32: a run's numbers should not depend on the machine it starts on."""
-    if precision != "float32" or tf.config.list_logical_devices("GPU") or tf.config.list_logical_devices("TPU"):
-        return None
+def machine_precision(tpu: bool = False) -> Tuple[str, str]:
+    """(precision, why): what `--precision auto` picks for a new run on this machine, the faster one
+    where its units compute in bfloat16 (docs/benchmarks.md, "bfloat16 on a CPU"). KERAS_VIT_PRECISION
+    pins it (a cluster, a CI job: runs that must not depend on the machine they start on)."""
+    pinned = os.environ.get(PRECISION_ENV)
+    if pinned:
+        if pinned not in CONCRETE_PRECISIONS:
+            raise UserError(f"{PRECISION_ENV}={pinned!r} is not a precision: give one of "
+                            f"{', '.join(CONCRETE_PRECISIONS)}, or unset it to pick by machine.")
+        return pinned, f"{PRECISION_ENV} says so"
+    if tpu:
+        return "mixed_bfloat16", "a TPU's matrix units compute in bfloat16"
+    gpus = tf.config.list_physical_devices("GPU")
+    if gpus:
+        capability = min(tuple(tf.config.experimental.get_device_details(gpu).get("compute_capability") or (0, 0))
+                         for gpu in gpus)
+        named = "this GPU" + (f" (compute capability {capability[0]}.{capability[1]})" if capability[0] else "")
+        if capability >= (8, 0):
+            return "mixed_bfloat16", f"{named} has bfloat16 tensor cores"
+        # Volta and Turing (7.x) have float16 tensor cores only.
+        tip = (" (--precision mixed_float16 runs on its float16 ones, with loss scaling)"
+               if capability >= (7, 0) else "")
+        return "float32", f"{named} has no bfloat16 tensor cores{tip}"
     found = cpu_bfloat16_extensions()
-    if not found:
-        return None
-    return (f"precision float32; this CPU has {' and '.join(found)}: --precision mixed_bfloat16 trained ViT-S/16 "
-            f"1.7x faster than float32 on one (docs/benchmarks.md, \"bfloat16 on a CPU\")")
+    if found:
+        return "mixed_bfloat16", (f"this CPU has {' and '.join(found)}, where ViT-S/16 trained 1.7x faster than in "
+                                  f"float32 (docs/benchmarks.md, \"bfloat16 on a CPU\"); --precision float32 keeps "
+                                  f"float32")
+    return "float32", "this CPU has no bfloat16 instructions"
 
 
 def describe_strategy(config, strategy):
