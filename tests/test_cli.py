@@ -84,6 +84,7 @@ def test_help_of_every_command_imports_neither_keras_nor_tensorflow():
     (["export", "missing.keras", "--formats", "tflite"], 2, r"does not exist"),
     (["export", "B/16", "--formats", "coreml"], 2, r"Unknown export format"),
     (["demo", "--steps", "-1"], 2, r"--steps: must be 0 or more"),
+    (["demo", "--precision", "bf16", "--no-export"], 2, r"precision must be one of \('auto', 'float32'"),
     (["variants", "extra"], 2, r"unrecognized arguments: extra"),
 ])
 def test_user_errors_are_one_line(argv, code, pattern, capsys, tmp_path, monkeypatch):

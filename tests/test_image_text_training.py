@@ -207,8 +207,10 @@ def test_from_scratch_needs_captions_and_weights_need_both_towers(tmp_path):
 def test_the_image_text_demo_runs_whole(tmp_path):
     # Three steps: the command's path, captions to zero-shot on the held-out digits (its accuracy at the
     # default 2,000 steps is docs/image-text.md's, measured, not asserted here).
-    done = _cli("demo", "--image-text", "--steps", "3", "--workdir", tmp_path / "demo")
+    # In bfloat16, as --precision auto trains it on a CPU with bfloat16 instructions.
+    done = _cli("demo", "--image-text", "--steps", "3", "--workdir", tmp_path / "demo", "--precision", "mixed_bfloat16")
     assert "Zero-shot on the 1,000 held-out digits" in done.stdout and "a photo of the number {}" in done.stdout
+    assert json.loads((tmp_path / "demo" / "config.json").read_text())["plan"]["precision"] == "mixed_bfloat16"
     figures = json.loads((tmp_path / "demo" / "demo.json").read_text())
     assert 0.0 <= figures["zero_shot_top1"] <= 1.0 and figures["steps"] == 3
     assert len(read_captions(str(tmp_path / "demo-data" / "captions.csv"))) == 4000

@@ -24,6 +24,10 @@ def add_arguments(parser):
                         help="initialisation, shuffling and augmentation seed (default: 0)")
     parser.add_argument("--formats", default=DEFAULT_FORMATS, help=f"export formats (default: {DEFAULT_FORMATS})")
     parser.add_argument("--no-export", action="store_true", help="train only")
+    # Checked by TrainConfig, as train's: the training package is not imported to build the parser.
+    parser.add_argument("--precision", default="auto",
+                        help="as keras-vit train's (default: auto, the machine's faster one; the docs show "
+                             "float32's output)")
     parser.add_argument("--image-text", action="store_true",
                         help="instead: train a small SigLIP from scratch on the digits with captions in twelve "
                              "phrasings, then classify the 1,000 held-out digits zero-shot with a phrasing it never "
@@ -39,7 +43,7 @@ def run(args):
         from keras_vit.export import install
 
         install.check_out(args.out, overwrite=True)  # the demo's own folder: a re-run replaces its export
-    overrides = {"seed": args.seed}
+    overrides = {"seed": args.seed, "precision": args.precision}
     if args.steps is not None:
         overrides["steps"] = args.steps
     config = training.demo_config(workdir=args.workdir, **overrides)
@@ -115,7 +119,7 @@ def image_text_demo(args) -> int:
     config = training.TrainConfig.create(
         "siglip", model="Mu/4", patch_size=7, dataset=f"captions:{captions}", image_size=28,
         steps=args.steps or 2000, batch_size=128, warmup_steps=100, weight_decay=0.05, train_augment="affine",
-        seed=args.seed, workdir=workdir)
+        seed=args.seed, workdir=workdir, precision=args.precision)
     print(f"== Training a SigLIP ({config.model}, sigmoid loss) from scratch on {len(train_labels)} digits with "
           f"captions in {len(PHRASINGS)} phrasings -> {workdir}")
     start = time.time()
