@@ -80,7 +80,8 @@ def train_run(workdir: str, model, seed: int, steps: int, quick: bool, dataset=N
     settings = dict(
         model=model, dataset="mnist5k", workdir=workdir, seed=seed, steps=steps,
         warmup_steps=max(1, steps // 10), train_augment="none", num_classes=10, progress=False,
-        strategy="default", jit_compile=not quick, checkpoint_every=steps, keep_checkpoints=1,
+        # float32 whatever the CPU, as the published figures (auto would take bfloat16 on some).
+        strategy="default", precision="float32", jit_compile=not quick, checkpoint_every=steps, keep_checkpoints=1,
         log_every=min(50, steps), eval_batch_size=500,
     )
     settings.update(overrides)

@@ -64,7 +64,8 @@ def fine_tune(pre_workdir, workdir, seed, steps, quick, lora_rank, data):
         "finetune", weights=pre_workdir, dataset=None, workdir=workdir, seed=seed, steps=steps,
         image_size=28, warmup_steps=max(1, steps // 10), train_augment="none", num_classes=5, batch_size=128,
         progress=False,
-        strategy="default", jit_compile=not quick, checkpoint_every=steps, keep_checkpoints=1,
+        # float32 whatever the CPU, as the published figures (auto would take bfloat16 on some).
+        strategy="default", precision="float32", jit_compile=not quick, checkpoint_every=steps, keep_checkpoints=1,
         log_every=min(50, steps), eval_batch_size=500, lora_rank=lora_rank)
     return train(config, dataset=common.as_datasets(*data))
 

@@ -33,6 +33,9 @@ def test_the_bfloat16_instructions_are_read_from_the_cpu_flags_as_onednn_may_use
         by_machine.setenv("ONEDNN_MAX_CPU_ISA", cap)
         assert strategies.cpu_bfloat16_extensions(str(cpuinfo)) == left, cap
     by_machine.delenv("ONEDNN_MAX_CPU_ISA")
+    by_machine.setenv("TF_ENABLE_ONEDNN_OPTS", "0")  # TensorFlow's own kernels: bfloat16 is slow there
+    assert strategies.cpu_bfloat16_extensions(str(cpuinfo)) == []
+    by_machine.delenv("TF_ENABLE_ONEDNN_OPTS")
     cpuinfo.write_text("processor\t: 0\nflags\t\t: fpu avx2 avx512f\n")
     assert strategies.cpu_bfloat16_extensions(str(cpuinfo)) == []
     assert strategies.cpu_bfloat16_extensions(str(tmp_path / "absent")) == []
@@ -58,6 +61,24 @@ def test_auto_picks_bfloat16_where_the_machine_computes_in_it(by_machine):
     by_machine.setenv(strategies.PRECISION_ENV, "bf16")
     with pytest.raises(UserError, match="KERAS_VIT_PRECISION='bf16' is not a precision: give one of float32, "):
         strategies.machine_precision()
+
+
+def test_a_plan_resolves_auto_before_anything_reads_the_precision(tmp_path, by_machine):
+    from keras_vit.training import TrainConfig, data as data_lib, plan as plan_lib
+
+    images = np.zeros((20, 8, 8, 1), np.uint8)
+    config = TrainConfig.create("scratch", model="Mu/4", patch_size=4, workdir=str(tmp_path), progress=False)
+    source = data_lib.open_source(config, dataset=(images, np.arange(20) % 2))
+    by_machine.setenv(strategies.PRECISION_ENV, "mixed_bfloat16")
+    plan = plan_lib.resolve(config, source)
+    assert (plan.precision, plan.config.precision, plan.precision_why) == (
+        "mixed_bfloat16", "mixed_bfloat16", "KERAS_VIT_PRECISION says so")
+    # The model's own refusals (an int8 base under float16, plan._check_lora) read the resolved precision.
+    by_machine.setenv(strategies.PRECISION_ENV, "mixed_float16")
+    seen, model_config = [], plan_lib.model_config
+    by_machine.setattr(plan_lib, "model_config",
+                       lambda config, *args: seen.append(config.precision) or model_config(config, *args))
+    assert plan_lib.resolve(config, source).precision == "mixed_float16" and seen == ["mixed_float16"]
 
 
 @pytest.mark.slow

@@ -159,9 +159,8 @@ def plan_run(config: TrainConfig, task: Optional[Task] = None, dataset=None) -> 
     from keras_vit.training.transfer import resolve_weights
 
     distribution = strategies.make_strategy(config.strategy, config.tpu)
-    # Before XLA is resolved: the step compiler follows the precision.
-    config, precision_why = resolve_precision(config, on_tpu=strategies.resolve_name(config.strategy,
-                                                                                     config.tpu) == "tpu")
+    # Before XLA is resolved (the step compiler follows the precision) and before the model's refusals.
+    config, precision_why = resolve_precision(config)
     name, num_replicas, jit_compile, shard, chief = strategies.describe_strategy(config, distribution)
     task = task or make_task(config)
     # A classifier on a transformers base is that family's image classifier (a new head:
@@ -184,23 +183,25 @@ def resolve(config: TrainConfig, source, initial=None, num_replicas: int = 1, nu
     `task` (a Task, a name, or None: the one config asks for). `model`: the
     model config when already resolved (model_config). Raises UserError, one
     line naming the fix, on a bad combination."""
+    config, precision_why = resolve_precision(config, strategy)
     task = _task(config, task)
     model = model or model_config(config, initial, task)
-    config, precision_why = resolve_precision(config, on_tpu=(strategy or config.strategy) == "tpu")
     plan = _derive(config, source, initial, task, model, num_replicas, num_input_pipelines, jit_compile,
                    strategy or config.strategy)
     return dataclasses.replace(plan, precision_why=precision_why)
 
 
-def resolve_precision(config: TrainConfig, on_tpu: bool = False) -> Tuple[TrainConfig, str]:
+def resolve_precision(config: TrainConfig, strategy: Optional[str] = None) -> Tuple[TrainConfig, str]:
     """(config with its precision resolved, how): "auto" is the precision the run in config.workdir
     began with (config.json's plan), so that a run resumed on another machine keeps its numbers;
-    for a new run, the machine's faster one (keras_vit.training.strategies.machine_precision)."""
+    for a new run, the machine's faster one (keras_vit.training.strategies.machine_precision) under
+    `strategy` (a name; None: config.strategy)."""
     if config.precision != "auto":
         return config, ""
     from keras_vit import runs
     from keras_vit.training import strategies
 
+    on_tpu = strategies.resolve_name(strategy or config.strategy, config.tpu) == "tpu"
     recorded = runs.read_config(config.workdir).get("plan")
     recorded = recorded.get("precision") if isinstance(recorded, dict) else None
     if recorded in CONCRETE_PRECISIONS:

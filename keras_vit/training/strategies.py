@@ -68,13 +68,15 @@ PRECISION_ENV = "KERAS_VIT_PRECISION"  # what --precision auto picks on this mac
 
 
 def cpu_bfloat16_extensions(cpuinfo: str = "/proc/cpuinfo") -> list:
-    """The bfloat16 instructions this CPU has and oneDNN may use, by name ([] where none, or where the
-    flags cannot be read)."""
+    """The bfloat16 instructions this CPU has and oneDNN may use, by name ([] where none, where the
+    flags cannot be read, or where TensorFlow's oneDNN kernels are off)."""
     try:
         with open(cpuinfo, encoding="utf-8", errors="replace") as f:
             flags = next((line.split(":", 1)[1].split() for line in f if line.startswith("flags")), [])
     except OSError:
         return []
+    if os.environ.get("TF_ENABLE_ONEDNN_OPTS", "").strip().lower() in ("0", "false"):
+        return []  # TensorFlow's own kernels, which compute bfloat16 slower than float32
     cap = os.environ.get("ONEDNN_MAX_CPU_ISA", "").upper()
     rank = _ONEDNN_ISA_RANKS.index(cap) if cap in _ONEDNN_ISA_RANKS else len(_ONEDNN_ISA_RANKS)
     return [name for flag, name in BFLOAT16_FLAGS.items()
