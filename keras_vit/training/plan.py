@@ -202,15 +202,14 @@ def resolve_precision(config: TrainConfig, strategy: Optional[str] = None) -> Tu
     from keras_vit.training import strategies
 
     on_tpu = strategies.resolve_name(strategy or config.strategy, config.tpu) == "tpu"
+    here, why = strategies.machine_precision(on_tpu)
     recorded = runs.read_config(config.workdir).get("plan")
     recorded = recorded.get("precision") if isinstance(recorded, dict) else None
     if recorded in CONCRETE_PRECISIONS:
-        here, why = strategies.machine_precision(on_tpu)
         return (dataclasses.replace(config, precision=recorded),
                 "the run's own, as it began (config.json), so that it resumes exactly"
                 + ("" if here == recorded else f"; a new run here would take {here}: {why}"))
-    precision, why = strategies.machine_precision(on_tpu)
-    return dataclasses.replace(config, precision=precision), why
+    return dataclasses.replace(config, precision=here), why
 
 
 def _derive(config, source, initial, task, model, num_replicas, num_input_pipelines, jit_compile, strategy) -> Plan:
